@@ -1,0 +1,101 @@
+"""The run's clock: the deadline, the final reserve, and how long work will take.
+
+The deadline comes from `timer.sh` in the working directory when it exists (PostTrainBench's harness
+prints `Remaining time (hours:minutes):` then `H:MM`, or `Timer expired!`), because the harness started
+counting before the agent did. Otherwise it comes from the run card (a fixed deadline, or start time
+plus budget). The final reserve is the profile's `final_reserve_min`: time kept for promotion,
+`finalize` and checks, which no job may eat into.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from aci.errors import ACIError
+from aci.state import now
+
+TIMER = "timer.sh"
+_REMAINING = re.compile(r"(\d+):(\d{1,2})\s*$")
+
+
+def parse_timer_output(text: str) -> timedelta:
+    """Remaining time from `timer.sh`'s output; raises on anything it cannot read."""
+    if "Timer expired" in text:
+        return timedelta(0)
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        m = _REMAINING.search(ln)
+        if m:
+            return timedelta(hours=int(m.group(1)), minutes=int(m.group(2)))
+    raise ACIError(f"cannot read the remaining time from timer.sh output: {text.strip()[:200]!r}")
+
+
+def read_timer(workdir: Path, timeout_s: float = 10.0) -> timedelta | None:
+    """Remaining time per `workdir/timer.sh`, or None when there is no timer."""
+    script = workdir / TIMER
+    if not script.is_file():
+        return None
+    try:
+        out = subprocess.run(
+            ["bash", str(script)], cwd=workdir, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise ACIError(f"{script} did not answer within {timeout_s:.0f} s") from None
+    return parse_timer_output(out.stdout + out.stderr)
+
+
+@dataclass(frozen=True)
+class Clock:
+    deadline: datetime | None
+    reserve: timedelta
+    source: str  # "timer.sh", "run card deadline", "run card budget" or "none"
+
+    def left(self, at: datetime | None = None) -> timedelta | None:
+        if self.deadline is None:
+            return None
+        return max(self.deadline - (at or now()), timedelta(0))
+
+    def left_for_work(self, at: datetime | None = None) -> timedelta | None:
+        """Time until the final reserve starts: what jobs may use."""
+        left = self.left(at)
+        return None if left is None else max(left - self.reserve, timedelta(0))
+
+    def in_reserve(self) -> bool:
+        left = self.left()
+        return left is not None and left <= self.reserve
+
+    def fits(self, duration: timedelta) -> bool:
+        work = self.left_for_work()
+        return work is None or duration <= work
+
+
+def clock_for(workdir: Path, card: dict | None, reserve_min: float) -> Clock:
+    reserve = timedelta(minutes=reserve_min)
+    remaining = read_timer(workdir)
+    if remaining is not None:
+        # timer.sh has minute resolution; round the deadline down to be safe.
+        return Clock(now() + remaining, reserve, TIMER)
+    if card:
+        if card.get("deadline"):
+            return Clock(datetime.fromisoformat(card["deadline"]), reserve, "run card deadline")
+        started = datetime.fromisoformat(card["started_at"])
+        return Clock(started + timedelta(hours=float(card["budget_hours"])), reserve, "run card budget")
+    return Clock(None, reserve, "none")
+
+
+def estimate(work_units: float, units_per_s: float | None, overhead_s: float = 60.0) -> timedelta | None:
+    """Duration of `work_units` (tokens, samples, steps) at a measured or declared rate, plus start-up."""
+    if not units_per_s or units_per_s <= 0:
+        return None
+    return timedelta(seconds=overhead_s + work_units / units_per_s)
+
+
+def fmt(td: timedelta | None) -> str:
+    if td is None:
+        return "unknown"
+    minutes = int(td.total_seconds() // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m"

@@ -1,0 +1,64 @@
+"""CLI commands that are not tools: serving MCP, installing into agents, and the Stop guard."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.command()
+@click.option("--http", is_flag=True, help="serve streamable HTTP instead of stdio")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address (loopback unless given)")
+@click.option("--port", default=8765, show_default=True, type=int, help="HTTP port")
+@click.pass_context
+def serve(cctx: click.Context, http: bool, host: str, port: int) -> None:
+    """Serve the tools over MCP (stdio by default)."""
+    from aci.server import serve as run
+
+    obj = cctx.find_root().obj
+    run(obj["state"], obj["workdir"], http=http, host=host, port=port)
+
+
+@click.command()
+@click.argument("agent", type=click.Choice(["claude-code", "codex", "opencode"]))
+@click.option("--workdir", "target", default=".", help="the agent's working directory")
+@click.option("--global", "global_", is_flag=True, help="codex: write ~/.codex/config.toml instead of the workdir's")
+@click.pass_context
+def install(cctx: click.Context, agent: str, target: str, global_: bool) -> None:
+    """Install skills, the MCP registration and a pointer file for AGENT in the working directory."""
+    from aci.install import install as run
+
+    obj = cctx.find_root().obj
+    written = run(agent, target, global_config=global_, state=obj["state"])
+    if obj["json"]:
+        click.echo(json.dumps([str(p) for p in written], indent=2))
+    else:
+        for p in written:
+            click.echo(f"wrote {p}")
+
+
+@click.group()
+def guard() -> None:
+    """Hooks that keep an agent on task."""
+
+
+@guard.command("stop")
+@click.pass_context
+def guard_stop(cctx: click.Context) -> None:
+    """Claude Code `Stop` hook: block stopping while time remains and no target is met.
+
+    Reads the hook's JSON on stdin (ignored beyond `stop_hook_active`), prints a decision JSON.
+    """
+    from aci.context import Context
+    from aci.guard import stop_decision
+
+    obj = cctx.find_root().obj
+    try:
+        hook = json.loads(sys.stdin.read() or "{}") if not sys.stdin.isatty() else {}
+    except json.JSONDecodeError:
+        hook = {}
+    decision = stop_decision(Context(state=obj["state"], workdir=obj["workdir"]), hook)
+    if decision:
+        click.echo(json.dumps(decision))

@@ -1,0 +1,212 @@
+"""Jobs: detached, supervised processes with a folder in state.
+
+`start()` launches `python -m aci.jobs <job dir>` in a new session (so it outlives the MCP server and
+the agent's shell). That supervisor runs the job's command with its output in `log`, waits, and writes
+`exit.json` and a journal event when the command ends, for any reason. The job itself reports progress
+by writing `progress.json` (see `write_progress`). A job whose supervisor vanished without `exit.json`
+is reported failed, with the tail of its log.
+
+Folder `jobs/<id>/`: `job.json` (command, config, pids), `config.json` (the resolved config the job
+reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was requested).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from aci import records
+from aci.errors import ACIError
+from aci.state import State, atomic_write_json, iso, read_json
+
+STOP_GRACE_S = 20.0
+
+
+class JobView(BaseModel):
+    id: str
+    kind: str
+    status: str = Field(description="running, succeeded, failed or stopped")
+    started_at: str
+    ended_at: str | None = None
+    pid: int | None = None
+    progress: dict[str, Any] = Field(default_factory=dict)
+    reason: str | None = None
+    log_tail: str | None = None
+    folder: str
+
+
+def job_dir(state: State, job_id: str) -> Path:
+    return state.root / records.JOBS / job_id
+
+
+def new_id(kind: str) -> str:
+    return f"{kind}-{time.strftime('%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Path, message: str,
+          env: dict[str, str] | None = None, job_id: str | None = None) -> JobView:
+    """Launch a supervised job and record it as one state event."""
+    job_id = job_id or new_id(kind)
+    folder = job_dir(state, job_id)
+    if folder.exists():
+        raise ACIError(f"job {job_id} already exists")
+    rel = f"{records.JOBS}/{job_id}"
+    with state.event(kind, f"started job {job_id}: {message}", tool=kind, data={"job": job_id}) as w:
+        folder.mkdir(parents=True)
+        w.write_json(f"{rel}/config.json", config)
+        record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)
+        w.write_json(f"{rel}/job.json", record.model_dump(mode="json") | {"cwd": str(cwd)})
+        log = open(folder / "log", "ab")
+        full_env = {**os.environ, **(env or {}), "ACI_JOB_DIR": str(folder), "ACI_STATE": str(state.root),
+                    "PYTHONUNBUFFERED": "1"}
+        sup = subprocess.Popen(
+            [sys.executable, "-m", "aci.jobs", str(folder)],
+            cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, env=full_env,
+        )
+        log.close()
+        w.write_json(f"{rel}/job.json", record.model_dump(mode="json") | {"cwd": str(cwd), "supervisor_pid": sup.pid})
+    return view(state, job_id)
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (our own unreaped child) is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    if not path.exists():
+        return ""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        f.seek(max(0, f.tell() - 16384))
+        return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+
+
+def view(state: State, job_id: str) -> JobView:
+    folder = job_dir(state, job_id)
+    job = read_json(folder / "job.json")
+    if job is None:
+        raise ACIError(f"no job {job_id!r} in {state.root / records.JOBS}")
+    ex = read_json(folder / "exit.json")
+    progress = read_json(folder / "progress.json") or {}
+    if ex:
+        status, ended, reason = ex["status"], ex["ended_at"], ex.get("reason")
+    elif _alive(job.get("supervisor_pid")) or _alive(job.get("pid")):
+        status, ended, reason = "running", None, None
+    else:
+        status, ended, reason = "failed", None, "the job's processes are gone without an exit status (killed?)"
+    return JobView(
+        id=job_id, kind=job["kind"], status=status, started_at=job["started_at"], ended_at=ended,
+        pid=job.get("pid"), progress=progress, reason=reason, folder=str(folder),
+        log_tail=tail(folder / "log") if status == "failed" else None,
+    )
+
+
+def list_jobs(state: State, kind: str | None = None) -> list[JobView]:
+    root = state.root / records.JOBS
+    if not root.is_dir():
+        return []
+    out = []
+    for d in sorted(root.iterdir()):
+        if (d / "job.json").exists():
+            v = view(state, d.name)
+            if kind is None or v.kind == kind:
+                out.append(v)
+    return out
+
+
+def active(state: State) -> list[JobView]:
+    return [j for j in list_jobs(state) if j.status == "running"]
+
+
+def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:
+    """Ask a job to stop (SIGTERM to its process group, SIGKILL after `grace_s`) and wait for it."""
+    v = view(state, job_id)
+    if v.status != "running":
+        return v
+    folder = job_dir(state, job_id)
+    (folder / "stop").write_text(iso())
+    job = read_json(folder / "job.json")
+    pid = job.get("pid")
+    deadline = time.monotonic() + grace_s
+    _signal_group(pid, signal.SIGTERM)
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.2)
+    if _alive(pid):
+        _signal_group(pid, signal.SIGKILL)
+    end = time.monotonic() + 10
+    while time.monotonic() < end and not (folder / "exit.json").exists() and _alive(job.get("supervisor_pid")):
+        time.sleep(0.1)
+    return view(state, job_id)
+
+
+def _signal_group(pid: int | None, sig: int) -> None:
+    if not pid:
+        return
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def write_progress(fields: dict[str, Any], folder: str | Path | None = None) -> None:
+    """Called from inside a job (e.g. a trainer callback): replace `progress.json` atomically."""
+    folder = Path(folder or os.environ.get("ACI_JOB_DIR", ""))
+    if not str(folder):
+        return
+    atomic_write_json(folder / "progress.json", {**fields, "updated_at": iso()})
+
+
+def _supervise(folder: Path) -> int:
+    """Run the job's command, then record how it ended. This process is the job's session leader."""
+    job = read_json(folder / "job.json")
+    state = State(folder.parent.parent)
+    child = subprocess.Popen(job["command"], stdin=subprocess.DEVNULL, start_new_session=True)
+    with state.locked():
+        atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid})
+    signal.signal(signal.SIGTERM, lambda *_: _signal_group(child.pid, signal.SIGTERM))
+    rc = child.wait()
+    stopped = (folder / "stop").exists()
+    if stopped:
+        status, reason = "stopped", "stop requested"
+    elif rc == 0:
+        status, reason = "succeeded", None
+    elif rc < 0:
+        status, reason = "failed", f"killed by signal {signal.Signals(-rc).name}"
+    else:
+        status, reason = "failed", f"exited with code {rc}"
+    if status == "failed":
+        last = [ln for ln in tail(folder / "log", 5).splitlines() if ln.strip()]
+        reason += f": {last[-1][:300]}" if last else ""
+    ex = records.JobExit(returncode=rc, status=status, ended_at=iso(), reason=reason)
+    with state.event(job["kind"], f"job {job['id']} {status}", tool=job["kind"], data={"job": job["id"], "returncode": rc}) as w:
+        w.write_json(f"{records.JOBS}/{job['id']}/exit.json", ex.model_dump(mode="json"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_supervise(Path(sys.argv[1])))

@@ -1,0 +1,143 @@
+"""The records kept in the state folder, defined once.
+
+`state/schemas/*.schema.json` are generated from these models (`python -m aci.records`), and a test keeps
+them in sync, so a person or another program can validate the files without reading Python.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RUN_CARD = "run.json"
+BEST = "best.json"
+CHECKPOINTS = "checkpoints.jsonl"
+JOBS = "jobs"
+DATA = "data"
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Target(Record):
+    metric: str = Field(description="metric name, e.g. the eval command's metric key")
+    value: float = Field(description="stop iterating once the promoted model reaches this score")
+
+
+class RunCard(Record):
+    """`run.json`: what is being post-trained, against what, until when."""
+
+    profile: Literal["posttrainbench", "default"] = "default"
+    base_model: str = Field(description="path or hub id of the one model that may be trained")
+    benchmark: str
+    eval_command: str | None = Field(None, description="with {model_path}, {limit}, {output} placeholders")
+    metric_key: str | None = Field(None, description="key of the score in the eval command's JSON")
+    template: str | None = Field(None, description="chat template (.jinja) the evaluation renders")
+    benchmark_size: int | None = Field(None, ge=1, description="items in the full benchmark")
+    budget_hours: float = Field(gt=0)
+    started_at: datetime
+    deadline: datetime | None = Field(None, description="fixed deadline; else from timer.sh or the budget")
+    workdir: str
+    targets: list[Target] = Field(default_factory=list)
+    protected: dict[str, str] = Field(
+        default_factory=dict, description="sha256 of evaluation files (evaluate.py, templates/) at init"
+    )
+    notes: str = ""
+
+
+class JournalEvent(Record):
+    """One line of `journal.jsonl`; each is one git commit in the state folder."""
+
+    id: str
+    ts: datetime
+    kind: str = Field(description="decision, observation, result, plan, data, train, eval, promote, ...")
+    tool: str | None
+    message: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class CheckpointEntry(Record):
+    """One line of `checkpoints.jsonl`: a checkpoint registered, or an evaluation of one."""
+
+    type: Literal["registered", "evaluated"]
+    checkpoint: str = Field(description="checkpoint id: 'base' for the base model, else a job-derived id")
+    ts: datetime
+    path: str | None = None
+    parent: str | None = Field(None, description="checkpoint id this one was trained from")
+    job: str | None = None
+    step: int | None = None
+    adapter: bool = Field(False, description="a LoRA adapter (needs merging before it can be final_model)")
+    evaluator: str | None = None
+    limit: int | None = None
+    samples: int | None = None
+    seeds: list[int] = Field(default_factory=list)
+    scores: list[float] = Field(default_factory=list)
+    score: float | None = None
+    range: tuple[float, float] | None = None
+    duration_s: float | None = None
+    error: str | None = None
+
+
+class Best(Record):
+    """`best.json`: the checkpoint currently in `final_model/` and the evaluation that put it there."""
+
+    checkpoint: str
+    path: str = Field(description="the final_model folder")
+    source: str | None = Field(None, description="the checkpoint's own folder")
+    score: float
+    range: tuple[float, float] | None = None
+    evaluator: str
+    limit: int | None = None
+    samples: int | None = None
+    promoted_at: datetime
+
+
+class JobRecord(Record):
+    """`jobs/<id>/job.json`: a detached, supervised process."""
+
+    id: str
+    kind: str = Field(description="train, eval, rollout, serve, ...")
+    command: list[str]
+    pid: int | None = None
+    started_at: datetime
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobExit(Record):
+    """`jobs/<id>/exit.json`: written once when the job's process ends."""
+
+    returncode: int | None
+    status: Literal["succeeded", "failed", "stopped"]
+    ended_at: datetime
+    reason: str | None = None
+
+
+SCHEMAS: dict[str, type[BaseModel]] = {
+    "run": RunCard,
+    "journal-event": JournalEvent,
+    "checkpoint-entry": CheckpointEntry,
+    "best": Best,
+    "job": JobRecord,
+    "job-exit": JobExit,
+}
+
+
+def write_schemas(folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, model in SCHEMAS.items():
+        p = folder / f"{name}.schema.json"
+        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
+        p.write_text(json.dumps(schema, indent=2) + "\n")
+        out.append(p)
+    return out
+
+
+if __name__ == "__main__":
+    for p in write_schemas(Path(__file__).resolve().parent.parent / "state" / "schemas"):
+        print(p)

@@ -1,0 +1,181 @@
+"""Rules as data: `rules/rules.yaml`, validated against `rules/rules.schema.json` at load.
+
+The pydantic models below are the one definition of the file's shape; the JSON schema is generated
+from them (`python -m aci.rules --schema`) and a test keeps the committed copy in sync. Loading goes
+through `jsonschema` first so that a broken file is reported with the path of the offending field.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aci import bundle
+from aci.errors import ACIError
+
+PROFILES = ("posttrainbench", "default")
+RULES_ENV = "ACI_RULES"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Rule(_Strict):
+    id: str = Field(pattern=r"^[a-z0-9-]+$")
+    title: str
+    text: str
+    enforced_by: list[str] = Field(min_length=1)
+
+
+class MinSamples(_Strict):
+    absolute: int = Field(ge=1)
+    fraction: float = Field(ge=0, le=1)
+
+
+class ContaminationRules(_Strict):
+    threshold: float = Field(gt=0, le=1)
+    tolerated_rows: int = Field(ge=0)
+    required_before_training: bool
+
+
+class Phase(_Strict):
+    name: str
+    share: float = Field(gt=0, le=1)
+    gate: str
+
+
+class Profile(_Strict):
+    description: str
+    final_reserve_min: float = Field(ge=0)
+    budget_hours: float = Field(gt=0)
+    min_eval_samples: MinSamples
+    histogram_tolerance_pp: float = Field(gt=0, le=100)
+    contamination: ContaminationRules
+    rollout_hosts: list[str] = Field(description='hosts rollouts may reach; ["*"] allows any')
+    teacher: Literal["base-only", "any"]
+    judge_hosts: list[str] = Field(description='hosts an LLM judge may reach; ["*"] allows any')
+    forbidden_datasets: list[str]
+    forbidden_patterns: list[str]
+    phases: list[Phase] = Field(min_length=1)
+
+
+class RulesFile(_Strict):
+    version: Literal[1]
+    rules: list[Rule] = Field(min_length=1)
+    profiles: dict[str, Profile]
+
+
+class Rules:
+    """The rules in force for one profile, with the checks tools call."""
+
+    def __init__(self, data: RulesFile, profile: str):
+        if profile not in data.profiles:
+            raise ACIError(f"unknown rules profile {profile!r}; known: {', '.join(sorted(data.profiles))}")
+        self.file = data
+        self.name = profile
+        self.profile = data.profiles[profile]
+        self.by_id = {r.id: r for r in data.rules}
+
+    def rule(self, rule_id: str) -> Rule:
+        return self.by_id[rule_id]
+
+    def refuse(self, rule_id: str, detail: str) -> ACIError:
+        """An error naming the rule, its text, and what was wrong."""
+        r = self.by_id[rule_id]
+        return ACIError(f"{detail}. {r.title}: {r.text}", rule=rule_id)
+
+    @property
+    def strict(self) -> bool:
+        return self.name == "posttrainbench"
+
+    def min_samples(self, benchmark_size: int | None) -> int:
+        m = self.profile.min_eval_samples
+        return max(m.absolute, math.ceil(m.fraction * benchmark_size) if benchmark_size else 0)
+
+    def check_dataset_name(self, name: str) -> None:
+        """Refuse a dataset id that the profile lists as the benchmark's test data (or derived from it)."""
+        low = name.lower()
+        for banned in self.profile.forbidden_datasets:
+            if banned.lower() in low:
+                raise self.refuse("forbidden-datasets", f"dataset {name!r} matches the banned dataset {banned!r}")
+        for pattern in self.profile.forbidden_patterns:
+            if re.search(pattern, name):
+                raise self.refuse("forbidden-datasets", f"dataset {name!r} matches the banned pattern {pattern!r}")
+
+    def check_host(self, host: str, *, judge: bool = False) -> None:
+        """Refuse an endpoint host the profile does not allow (loopback only under posttrainbench)."""
+        allowed = self.profile.judge_hosts if judge else self.profile.rollout_hosts
+        if "*" in allowed or host in allowed or _is_loopback(host) and any(_is_loopback(a) for a in allowed):
+            return
+        raise self.refuse("no-hosted-llm", f"endpoint host {host!r} is not allowed (allowed: {', '.join(allowed)})")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def rules_path() -> Path:
+    import os
+
+    return Path(os.environ.get(RULES_ENV) or bundle.path("rules", "rules.yaml"))
+
+
+def schema_path() -> Path:
+    return bundle.path("rules", "rules.schema.json")
+
+
+def json_schema() -> dict:
+    schema = RulesFile.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "aci rules file"
+    return schema
+
+
+@cache
+def load_file(path: Path | None = None) -> RulesFile:
+    import jsonschema
+    import yaml
+
+    path = path or rules_path()
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ACIError(f"rules file not found: {path}") from None
+    except yaml.YAMLError as e:
+        raise ACIError(f"rules file {path} is not valid YAML: {e}") from None
+    schema = json.loads(schema_path().read_text())
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(raw), key=lambda e: list(e.path))
+    if errors:
+        e = errors[0]
+        field = ".".join(str(p) for p in e.path) or "(top level)"
+        raise ACIError(f"rules file {path}: field {field}: {e.message}")
+    data = RulesFile.model_validate(raw)
+    for name, prof in data.profiles.items():
+        total = sum(p.share for p in prof.phases)
+        if abs(total - 1) > 1e-6:
+            raise ACIError(f"rules file {path}: field profiles.{name}.phases: shares sum to {total:.3f}, not 1")
+    return data
+
+
+def load(profile: str = "default", path: Path | None = None) -> Rules:
+    return Rules(load_file(path), profile)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--schema"]:
+        print(json.dumps(json_schema(), indent=2))

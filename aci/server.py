@@ -1,0 +1,112 @@
+"""The MCP surface: every registered tool, plus the Markdown as resources and the workflows as prompts.
+
+No logic lives here. Each tool becomes an MCP tool whose parameters are the input model's fields and
+whose structured result is the output model; `ACIError` becomes a `ToolError` the model can read.
+Blocking tool work runs in a worker thread so the server keeps answering.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+from aci import __version__, bundle, registry
+from aci.context import Context
+from aci.errors import ACIError
+
+log = logging.getLogger("aci.server")
+
+INSTRUCTIONS = (
+    "Post-training tools with a clock and rules. Start with `status`; if there is no run card, call `plan` "
+    "with action=init. Read resource skill://posttrain (the entry skill) for the workflow. Every result "
+    "carries time left, the best checkpoint and reminders: act on the reminders."
+)
+
+
+def build(state: str | None = None, workdir: str | None = None):
+    from mcp.server import MCPServer
+
+    server = MCPServer(name="posttrain-aci", version=__version__, instructions=INSTRUCTIONS)
+    for t in registry.tools().values():
+        _add_tool(server, t, state, workdir)
+    _add_markdown(server)
+    return server
+
+
+def _add_tool(server, t: registry.Tool, state: str | None, workdir: str | None) -> None:
+    import anyio
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import ToolAnnotations
+
+    async def run(**kwargs: Any):
+        def work():
+            return registry.call(t.name, kwargs, Context(state=state, workdir=workdir))
+
+        try:
+            return await anyio.to_thread.run_sync(work)
+        except ACIError as e:
+            raise ToolError(str(e)) from None
+
+    params = [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY,
+            annotation=Annotated[field.annotation, field],
+        )
+        for name, field in t.input.model_fields.items()
+    ]
+    run.__signature__ = inspect.Signature(params, return_annotation=t.output)
+    run.__name__ = t.name.replace("-", "_")
+    server.add_tool(
+        run,
+        name=t.name,
+        title=t.title,
+        description=t.description,
+        annotations=ToolAnnotations(
+            title=t.title,
+            read_only_hint=t.read_only,
+            destructive_hint=t.destructive,
+            idempotent_hint=t.idempotent,
+            open_world_hint=t.open_world,
+        ),
+        structured_output=True,
+    )
+
+
+def _add_markdown(server) -> None:
+    """Serve SKILL.md, skills, workflows and integrity rules from the same files the agents read."""
+    from mcp.server.mcpserver.resources import FunctionResource
+
+    entries: list[tuple[str, str, Path]] = [("skill://posttrain", "entry skill", bundle.path("SKILL.md"))]
+    entries += [(f"skill://{n}", f"skill {n}", bundle.path("skills", n, "SKILL.md")) for n in bundle.skill_names()]
+    entries += [(f"workflow://{n}", f"workflow {n}", bundle.path("workflows", f"{n}.md")) for n in bundle.workflow_names()]
+    entries += [("rules://integrity", "integrity rules", bundle.path("rules", "integrity.md"))]
+    for uri, desc, p in entries:
+        if p.is_file():
+            server.add_resource(FunctionResource(
+                uri=uri, name=uri.split("://", 1)[1], description=desc, mime_type="text/markdown",
+                fn=(lambda p=p: p.read_text()),
+            ))
+    for name in bundle.workflow_names():
+        p = bundle.path("workflows", f"{name}.md")
+
+        def prompt(p: Path = p) -> str:
+            return p.read_text()
+
+        server.add_prompt(_prompt(prompt, name))
+
+
+def _prompt(fn, name: str):
+    from mcp.server.mcpserver.prompts.base import Prompt
+
+    return Prompt.from_function(fn, name=f"workflow-{name}", description=f"Follow the {name} workflow")
+
+
+def serve(state: str | None, workdir: str | None, http: bool = False, host: str = "127.0.0.1", port: int = 8765) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    server = build(state, workdir)
+    if http:
+        server.run(transport="streamable-http", host=host, port=port)
+    else:
+        server.run()

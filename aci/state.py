@@ -1,0 +1,261 @@
+"""Durable run state: plain files a person can read, written so that no crash can corrupt them.
+
+Layout (see `state/README.md`): `run.json`, `journal.jsonl`, `checkpoints.jsonl`, `best.json`,
+`jobs/<id>/`, `data/<name>/manifest.json`. Three properties hold for every write:
+
+* it happens under one file lock (`.lock`), so concurrent processes serialise;
+* JSON files are replaced atomically (temporary file, fsync, rename) and JSONL lines are appended whole
+  with one `write` call; a torn last line left by a killed writer is cut off by the next append and
+  ignored by readers;
+* the folder is a git repository and each event is one commit, so `git log` is the run's history.
+
+Callers group their writes in `State.event(...)`, which appends exactly one journal event and makes
+exactly one commit when the block succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from aci.errors import ACIError, where
+
+STATE_ENV = "ACI_STATE"
+JOURNAL = "journal.jsonl"
+LOCK_TIMEOUT_S = 120.0
+_GITIGNORE = """\
+# Written by aci: lock and temporary files, and bulky or fast-changing job output.
+.lock
+*.tmp
+jobs/*/log
+jobs/*/progress.json
+"""
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(t: datetime | None = None) -> str:
+    return (t or now()).isoformat(timespec="seconds")
+
+
+def default_root() -> Path:
+    return Path(os.environ.get(STATE_ENV) or "state")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so readers see the old or the new content, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n").encode())
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def append_jsonl(path: Path, record: Any) -> None:
+    """Append one JSON line whole. A torn tail from a killed writer is truncated first."""
+    data = (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        _cut_torn_tail(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _cut_torn_tail(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    pos = size
+    while pos > 0:
+        start = max(0, pos - 65536)
+        chunk = os.pread(fd, pos - start, start)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            os.ftruncate(fd, start + cut + 1)
+            return
+        pos = start
+    os.ftruncate(fd, 0)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Every complete line of a JSONL state file; a torn last line (no newline) is not yet a record."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        raw = raw[: raw.rfind(b"\n") + 1]
+    out = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ACIError(f"corrupt state line at {where(path, n)}: {e.msg}") from None
+    return out
+
+
+def read_json(path: Path) -> Any:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ACIError(f"corrupt state file {where(path, e.lineno)}: {e.msg}") from None
+
+
+class State:
+    """One run's state folder. Cheap to construct; touches the disk only when used."""
+
+    def __init__(self, root: Path | str | None = None):
+        self.root = Path(root if root is not None else default_root()).resolve()
+
+    # -- reading (no lock: every file is always whole) ------------------------------------------
+    def exists(self) -> bool:
+        return (self.root / "run.json").exists()
+
+    def read(self, rel: str) -> Any:
+        return read_json(self.root / rel)
+
+    def lines(self, rel: str) -> list[dict]:
+        return read_jsonl(self.root / rel)
+
+    def journal(self, last: int | None = None) -> list[dict]:
+        events = self.lines(JOURNAL)
+        return events[-last:] if last else events
+
+    # -- writing ----------------------------------------------------------------------------------
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the state lock (for read-modify-write sequences that are not themselves an event)."""
+        from filelock import FileLock, Timeout
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            with FileLock(self.root / ".lock", timeout=LOCK_TIMEOUT_S):
+                yield
+        except Timeout:
+            raise ACIError(f"state {self.root} is locked by another process for over {LOCK_TIMEOUT_S:.0f} s") from None
+
+    @contextmanager
+    def event(self, kind: str, message: str, *, tool: str | None = None, data: dict | None = None) -> Iterator[Writer]:
+        """Group writes into one journal event and one git commit.
+
+        The block's writes happen first; if it raises, no event is logged and nothing is committed.
+        """
+        with self.locked():
+            self._ensure_repo()
+            w = Writer(self)
+            yield w
+            record = {
+                "id": uuid.uuid4().hex[:12],
+                "ts": iso(),
+                "kind": kind,
+                "tool": tool,
+                "message": message,
+                "data": {**(data or {}), **w.data},
+            }
+            append_jsonl(self.root / JOURNAL, record)
+            w.touched.add(JOURNAL)
+            self._commit(sorted(w.touched), f"{kind}: {message}")
+
+    # -- git ----------------------------------------------------------------------------------------
+    def _ensure_repo(self) -> None:
+        git_dir = self.root / ".git"
+        stale = git_dir / "index.lock"
+        if stale.exists():  # we hold the state lock, so no live writer owns it: a killed one left it
+            stale.unlink()
+        if git_dir.is_dir():
+            return
+        import git
+
+        repo = git.Repo.init(self.root)
+        (self.root / ".gitignore").write_text(_GITIGNORE)
+        repo.index.add([".gitignore"])
+        repo.index.commit("state: created", author=_actor(), committer=_actor())
+
+    def _commit(self, paths: list[str], message: str) -> None:
+        import git
+
+        repo = git.Repo(self.root)
+        present = [p for p in paths if (self.root / p).exists()]
+        gone = [p for p in paths if not (self.root / p).exists()]
+        index = repo.index
+        if present:
+            index.add(present)
+        if gone:
+            index.remove(gone, ignore_unmatch=True)
+        line = " ".join(message.split())
+        index.commit(line[:160], author=_actor(), committer=_actor())
+
+    def history(self) -> list[str]:
+        """Commit messages, newest first."""
+        import git
+
+        if not (self.root / ".git").is_dir():
+            return []
+        return [c.message.strip() for c in git.Repo(self.root).iter_commits()]
+
+
+class Writer:
+    """The writes of one event; only usable inside `State.event`."""
+
+    def __init__(self, state: State):
+        self.state = state
+        self.touched: set[str] = set()
+        self.data: dict = {}
+
+    def write_json(self, rel: str, data: Any) -> None:
+        atomic_write_json(self.state.root / rel, data)
+        self.touched.add(rel)
+
+    def append(self, rel: str, record: Any) -> None:
+        append_jsonl(self.state.root / rel, record)
+        self.touched.add(rel)
+
+    def remove(self, rel: str) -> None:
+        (self.state.root / rel).unlink(missing_ok=True)
+        self.touched.add(rel)
+
+    def track(self, rel: str) -> None:
+        """Commit a file written by other means (e.g. a copied histogram PNG)."""
+        self.touched.add(rel)
+
+
+def _actor():
+    import git
+
+    return git.Actor("aci", "aci@localhost")

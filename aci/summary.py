@@ -1,0 +1,277 @@
+"""What a fresh context needs, derived from state: phases, gates, next actions, reminders.
+
+Nothing here is stored: every figure is recomputed from the state files on each call, so it cannot
+drift from what really happened. The envelope attached to every tool result is the short form.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from aci import clock, jobs, records
+from aci.context import Context
+from aci.registry import BestInfo, RunInfo
+from aci.state import now
+
+BENCHMARK_CARD = "benchmark-card"  # journal kind that closes recon
+FINALIZE = "finalize.json"
+
+
+class PhaseStatus(BaseModel):
+    name: str
+    gate: str
+    allocated_min: float
+    spent_min: float
+    status: str = Field(description="done, current or pending")
+    gate_passed_at: str | None = None
+
+
+class Gate(BaseModel):
+    name: str
+    passed: bool
+    at: str | None = None
+    evidence: str = ""
+
+
+def _ts(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def gates(ctx: Context) -> dict[str, Gate]:
+    st, card, best = ctx.state, ctx.card or {}, ctx.best
+    journal = st.journal() if card else []
+    out: dict[str, Gate] = {}
+
+    cards = [e for e in journal if e.get("kind") == BENCHMARK_CARD]
+    ok = bool(card.get("eval_command")) and bool(cards)
+    out["run-card"] = Gate(
+        name="run-card", passed=ok, at=cards[0]["ts"] if ok else None,
+        evidence="eval command set and benchmark card recorded" if ok else
+        ("no benchmark card in the journal" if card.get("eval_command") else "run card has no eval command"),
+    )
+
+    minimum = ctx.rules.min_samples(card.get("benchmark_size")) if card else 0
+    base = [
+        e for e in st.lines(records.CHECKPOINTS)
+        if e.get("type") == "evaluated" and e.get("checkpoint") == "base" and not e.get("error")
+        and (e.get("samples") or 0) >= minimum
+    ] if card else []
+    out["baseline"] = Gate(
+        name="baseline", passed=bool(base), at=base[0]["ts"] if base else None,
+        evidence=f"base model scored {base[0].get('score')} on {base[0].get('samples')} samples" if base
+        else f"no evaluation of the base model on >= {minimum} samples",
+    )
+
+    promotes = [e for e in journal if e.get("kind") == "promote"]
+    out["first-promoted"] = Gate(
+        name="first-promoted", passed=bool(best), at=promotes[0]["ts"] if promotes else (best or {}).get("promoted_at"),
+        evidence=f"final_model is {best['checkpoint']} ({best['score']})" if best else "no final_model promoted yet",
+    )
+
+    met = [t for t in card.get("targets", []) if best and best.get("score", float("-inf")) >= t["value"]]
+    out["target-met"] = Gate(
+        name="target-met", passed=bool(met), at=(best or {}).get("promoted_at") if met else None,
+        evidence=f"target {met[0]['metric']} >= {met[0]['value']} met" if met else "no target met",
+    )
+
+    fin = st.read(FINALIZE)
+    fresh = bool(fin and fin.get("passed") and (not best or fin.get("ts", "") >= str(best.get("promoted_at", ""))))
+    out["finalized"] = Gate(
+        name="finalized", passed=fresh, at=fin.get("ts") if fresh else None,
+        evidence="finalize passed on the current final_model" if fresh else "finalize has not passed on the current final_model",
+    )
+    return out
+
+
+def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseStatus]:
+    card = ctx.card
+    if not card:
+        return []
+    gate_map = gate_map or gates(ctx)
+    budget_min = float(card["budget_hours"]) * 60
+    start = _ts(card["started_at"])
+    t = now()
+    out, current_found = [], False
+    prev_end = start
+    for ph in ctx.rules.profile.phases:
+        g = gate_map.get(ph.gate)
+        passed_at = _ts(g.at) if g and g.passed and g.at else None
+        if passed_at and not current_found:
+            status, end = "done", max(passed_at, prev_end)
+        elif not current_found:
+            status, end, current_found = "current", t, True
+        else:
+            status, end = "pending", prev_end
+        spent = max((end - prev_end).total_seconds() / 60, 0) if status != "pending" else 0.0
+        out.append(PhaseStatus(
+            name=ph.name, gate=ph.gate, allocated_min=round(ph.share * budget_min, 1), spent_min=round(spent, 1),
+            status=status, gate_passed_at=g.at if g and g.passed else None,
+        ))
+        if status != "pending":
+            prev_end = end
+    return out
+
+
+NEXT = {
+    "recon": [
+        "Read the eval command's grader and templates/; note answer format, sample count and time per eval.",
+        "Record it: aci log-state append --kind benchmark-card --message '<format, grader, pitfalls>'.",
+    ],
+    "baseline": ["Evaluate the base model on enough samples: aci eval-checkpoint evaluate --checkpoint base --limit <n>."],
+    "first-model": [
+        "Build data in the evaluation's format; gate it with aci histogram, aci verify-task and aci contamination.",
+        "Train a short first run (aci train start), evaluate its checkpoints and promote the first better one.",
+    ],
+    "iterate": [
+        "Read 15 failures of the best model, label each data, training or template, and fix the largest cause.",
+        "Evaluate every new checkpoint against the best with aci eval-checkpoint compare; promote only a better one.",
+    ],
+    "submit": ["Final reserve: start no training. Run aci finalize and fix what it flags."],
+}
+
+
+def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> list[str]:
+    if not ctx.card:
+        return ["Start the run card: aci plan init --base-model <path> --benchmark <name> --eval-command '<cmd>'."]
+    if ctx.clock.in_reserve():
+        return NEXT["submit"]
+    phase_list = phase_list if phase_list is not None else phases(ctx)
+    current = next((p.name for p in phase_list if p.status == "current"), "submit")
+    if current == "submit":  # every gate passed but time remains: keep improving
+        return NEXT["iterate"]
+    return NEXT[current]
+
+
+def _protected_changed(ctx: Context) -> list[str]:
+    changed = []
+    for rel, digest in (ctx.card or {}).get("protected", {}).items():
+        p = ctx.workdir / rel
+        if not p.is_file() or file_digest(p) != digest:
+            changed.append(rel)
+    return changed
+
+
+def file_digest(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str]:
+    if not ctx.card:
+        return ["No run card yet: run aci plan init first."]
+    out = []
+    clk = ctx.clock
+    if clk.in_reserve():
+        out.append("Final reserve: start no training; promote only from finished evaluations and run aci finalize.")
+    else:
+        work = clk.left_for_work()
+        if work is not None and work.total_seconds() < 3600:
+            out.append(f"Final reserve starts in {clock.fmt(work)}: plan jobs to end before it.")
+    changed = _protected_changed(ctx)
+    if changed:
+        out.append(f"Evaluation files changed since init ({', '.join(changed[:3])}): restore them (rule no-eval-edits).")
+    gate_map = gate_map or gates(ctx)
+    if not gate_map["baseline"].passed:
+        out.append("No baseline yet: evaluate the base model before training.")
+    elif not gate_map["first-promoted"].passed:
+        out.append("No final_model yet: promote the first checkpoint that beats the base model.")
+    if ctx.rules.profile.contamination.required_before_training:
+        unchecked = unchecked_datasets(ctx)
+        if unchecked:
+            out.append(f"Data not contamination-checked: {', '.join(unchecked[:3])}.")
+    return out[:3]
+
+
+def unchecked_datasets(ctx: Context) -> list[str]:
+    data = ctx.state.root / records.DATA
+    if not data.is_dir():
+        return []
+    out = []
+    for m in sorted(data.glob("*/manifest.json")):
+        manifest = ctx.state.read(str(m.relative_to(ctx.state.root))) or {}
+        if manifest.get("role", "train") == "train" and not (manifest.get("contamination") or {}).get("verdict"):
+            out.append(m.parent.name)
+    return out
+
+
+def envelope(ctx: Context) -> RunInfo:
+    clk = ctx.clock
+    left = clk.left()
+    best = ctx.best
+    return RunInfo(
+        deadline=clk.deadline.isoformat(timespec="seconds") if clk.deadline else None,
+        time_left=clock.fmt(left),
+        time_left_min=round(left.total_seconds() / 60, 1) if left is not None else None,
+        in_final_reserve=clk.in_reserve(),
+        best=BestInfo(checkpoint=best["checkpoint"], score=best["score"], range=best.get("range")) if best else None,
+        reminders=reminders(ctx),
+    )
+
+
+class Summary(BaseModel):
+    """What a fresh context needs to continue a run."""
+
+    has_run_card: bool
+    profile: str | None = None
+    base_model: str | None = None
+    benchmark: str | None = None
+    eval_command: str | None = None
+    deadline: str | None = None
+    deadline_source: str
+    time_left: str
+    final_reserve_min: float
+    current_phase: str | None = None
+    phases: list[PhaseStatus] = Field(default_factory=list)
+    gates: list[Gate] = Field(default_factory=list)
+    best: dict | None = None
+    last_events: list[dict] = Field(default_factory=list)
+    running_jobs: list[dict] = Field(default_factory=list)
+    next_actions: list[str] = Field(default_factory=list)
+    rules_now: list[str] = Field(default_factory=list, description="the rules that apply at this point")
+
+
+def summarise(ctx: Context, last: int = 10) -> Summary:
+    card = ctx.card or {}
+    gate_map = gates(ctx) if card else {}
+    phase_list = phases(ctx, gate_map)
+    current = next((p.name for p in phase_list if p.status == "current"), None)
+    clk = ctx.clock
+    return Summary(
+        has_run_card=bool(card),
+        profile=card.get("profile"),
+        base_model=card.get("base_model"),
+        benchmark=card.get("benchmark"),
+        eval_command=card.get("eval_command"),
+        deadline=clk.deadline.isoformat(timespec="seconds") if clk.deadline else None,
+        deadline_source=clk.source,
+        time_left=clock.fmt(clk.left()),
+        final_reserve_min=ctx.rules.profile.final_reserve_min,
+        current_phase=current,
+        phases=phase_list,
+        gates=list(gate_map.values()),
+        best=ctx.best,
+        last_events=ctx.state.journal(last) if card else [],
+        running_jobs=[j.model_dump(mode="json") for j in jobs.active(ctx.state)],
+        next_actions=next_actions(ctx, phase_list),
+        rules_now=rules_now(ctx, current),
+    )
+
+
+_RULES_BY_PHASE = {
+    None: ["base-model-only", "no-test-data"],
+    "recon": ["no-eval-edits", "no-test-data", "no-hosted-llm"],
+    "baseline": ["min-eval-samples", "no-eval-edits"],
+    "first-model": ["no-test-data", "forbidden-datasets", "eval-template", "final-reserve", "keep-best"],
+    "iterate": ["keep-best", "min-eval-samples", "final-reserve", "no-teacher-distillation", "never-stop-early"],
+    "submit": ["end-of-turn", "keep-best", "never-stop-early"],
+}
+
+
+def rules_now(ctx: Context, phase: str | None) -> list[str]:
+    ids = _RULES_BY_PHASE.get(phase, _RULES_BY_PHASE[None])
+    if ctx.clock.in_reserve():
+        ids = _RULES_BY_PHASE["submit"]
+    return [f"{i}: {ctx.rules.rule(i).text}" for i in ids]
