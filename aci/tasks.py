@@ -1,0 +1,603 @@
+"""Task records and SFT samples: one schema each, streaming loaders, and adapters for common shapes.
+
+A *task* is something a grader can score (prompt turns + gold + grader spec); an *SFT sample* is a
+conversation to train on. Both are defined once here as JSON Schemas (`TASK_SCHEMA`, `SAMPLE_SCHEMA`),
+written to `state/schemas/` by `python -m aci.tasks` so other programs can validate files without Python.
+
+Loaders stream JSONL (or read a JSON array) and every error names `file:line`, because a 50,000-line
+file with one bad row is only fixable if the message says where. People already have data in a handful
+of shapes (chat `messages`, `prompt`/`completion`, `question`/`answer` as in GSM8K or PostTrainBench
+test files); the adapters turn those into records instead of asking for a conversion script.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from aci.errors import ACIError, where
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"enum": ["system", "user", "assistant", "tool"]},
+        "content": {"type": "string"},
+        "name": {"type": "string"},
+        "tool_call_id": {"type": "string"},
+        "tool_calls": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["function"],
+                "properties": {
+                    "type": {"const": "function"},
+                    "id": {"type": "string"},
+                    "function": {
+                        "type": "object",
+                        "required": ["name", "arguments"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "arguments": {"type": ["object", "string"],
+                                          "description": "a JSON object, or the same object encoded as a string"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+_TOOLS = {
+    "type": "array",
+    "description": "OpenAI-style function definitions, byte-identical to what the evaluation sends",
+    "items": {
+        "type": "object",
+        "required": ["type", "function"],
+        "properties": {
+            "type": {"const": "function"},
+            "function": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "description": {"type": "string"},
+                    "parameters": {"type": "object"},
+                },
+            },
+        },
+    },
+}
+
+TASK_SCHEMA: dict[str, Any] = {
+    "$schema": SCHEMA_DIALECT,
+    "title": "aci task record",
+    "description": "A prompt a grader can score: prompt turns, gold, grader spec.",
+    "type": "object",
+    "required": ["id", "type", "messages", "gold"],
+    "additionalProperties": False,
+    "properties": {
+        "id": {"type": "string", "minLength": 1},
+        "type": {"type": "string", "minLength": 1, "description": "qa, math, mcq, code, tool-use, chat, ..."},
+        "subtype": {"type": ["string", "null"]},
+        "messages": {"type": "array", "minItems": 1, "items": _MESSAGE,
+                     "description": "the prompt turns the model sees (no gold answer)"},
+        "tools": _TOOLS,
+        "gold": {
+            "type": "object",
+            "properties": {
+                "answer": {"type": "string"},
+                "tool_calls": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "arguments"],
+                        "additionalProperties": False,
+                        "properties": {"name": {"type": "string", "minLength": 1},
+                                       "arguments": {"type": "object"}},
+                    },
+                },
+                "claims": {"type": "array", "items": {"type": "string"}},
+                "tests": {"type": "string", "description": "python code that raises (e.g. assert) on a wrong solution"},
+            },
+        },
+        "grader": {
+            "description": "a grader name ('final-answer', 'python:mod:fn', ...) or {type: name, ...options}; "
+                           "null means the caller's default",
+            "oneOf": [
+                {"type": "null"},
+                {"type": "string", "minLength": 1},
+                {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "minLength": 1}}},
+            ],
+        },
+        "meta": {"type": "object"},
+    },
+}
+
+SAMPLE_SCHEMA: dict[str, Any] = {
+    "$schema": SCHEMA_DIALECT,
+    "title": "aci SFT sample",
+    "description": "One training conversation; other columns are kept and ignored by training.",
+    "type": "object",
+    "required": ["messages"],
+    "properties": {
+        "messages": {"type": "array", "minItems": 2, "items": _MESSAGE,
+                     "contains": {"type": "object", "properties": {"role": {"const": "assistant"}}},
+                     "description": "system/user/assistant/tool turns with at least one assistant turn"},
+        "tools": _TOOLS,
+    },
+}
+
+SCHEMAS = {"task": TASK_SCHEMA, "sft-sample": SAMPLE_SCHEMA}
+
+_HINT_SHAPES = ("chat `messages`, `prompt` + `completion`, `question` + `answer` (or `problem` + `answer`), "
+                "or a full task record")
+
+
+# -- reading rows -----------------------------------------------------------------------------------
+def read_rows(path: Path | str) -> Iterator[tuple[int, dict]]:
+    """Yield `(line, row)` for each JSON object in a JSONL file (streamed) or a JSON array file.
+
+    Raises ACIError naming `file:line` for a missing, empty or binary file, broken JSON, or a row
+    that is not an object. Blank lines in JSONL are skipped.
+    """
+    path = Path(path)
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise ACIError(f"data file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ACIError(f"data file {path} is a directory, expected a .jsonl or .json file") from None
+    with f:
+        head = f.read(4096)
+        first = head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1]
+        f.seek(0)
+        if not first:
+            if b"\0" in head:
+                raise ACIError(f"{where(path, 1)}: binary data (NUL byte), expected UTF-8 JSON lines")
+            raise ACIError(f"{where(path, 1)}: empty file, expected one JSON object per line (JSONL) or a JSON array")
+        if first == b"[":
+            yield from _array_rows(path, f.read())
+        else:
+            yield from _jsonl_rows(path, f)
+
+
+def _decode_line(path: Path, n: int, raw: bytes) -> str:
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise ACIError(f"{where(path, n)}: binary data (NUL byte at column {nul + 1}); expected UTF-8 JSON lines")
+    try:
+        return raw.decode("utf-8-sig" if n == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        raise ACIError(f"{where(path, n)}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                       f"is this a binary or differently encoded file?") from None
+
+
+def _jsonl_rows(path: Path, f) -> Iterator[tuple[int, dict]]:
+    seen = False
+    for n, raw in enumerate(f, 1):
+        text = _decode_line(path, n, raw)
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text.rstrip("\r\n"))
+        except json.JSONDecodeError as e:
+            hint = (" (a pretty-printed object? write one object per line, or a JSON array)"
+                    if text.strip() == "{" else "")
+            raise ACIError(f"{where(path, n)}: broken JSON at column {e.colno}: {e.msg}{hint}") from None
+        if not isinstance(row, dict):
+            raise ACIError(f"{where(path, n)}: expected a JSON object per line, got {_kind(row)}")
+        seen = True
+        yield n, row
+    if not seen:
+        raise ACIError(f"{where(path, 1)}: empty file (only blank lines), expected JSON objects")
+
+
+def _array_rows(path: Path, data: bytes) -> Iterator[tuple[int, dict]]:
+    if b"\0" in data:
+        line = data.count(b"\n", 0, data.index(b"\0")) + 1
+        raise ACIError(f"{where(path, line)}: binary data (NUL byte), expected a UTF-8 JSON array")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ACIError(f"{where(path, line)}: not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
+    decoder = json.JSONDecoder()
+    pos, line = text.index("[") + 1, 1
+
+    def skip(p: int) -> int:
+        while p < len(text) and text[p] in " \t\r\n":
+            p += 1
+        return p
+
+    def line_at(p: int) -> int:
+        nonlocal line, last
+        line += text.count("\n", last, p)
+        last = p
+        return line
+
+    last = 0
+    pos = skip(pos)
+    if pos < len(text) and text[pos] == "]":
+        raise ACIError(f"{where(path, line_at(pos))}: empty JSON array, expected objects")
+    while True:
+        try:
+            row, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise ACIError(f"{where(path, e.lineno)}: broken JSON at column {e.colno}: {e.msg}") from None
+        n = line_at(pos)
+        if not isinstance(row, dict):
+            raise ACIError(f"{where(path, n)}: expected a JSON object in the array, got {_kind(row)}")
+        yield n, row
+        pos = skip(end)
+        if pos < len(text) and text[pos] == ",":
+            pos = skip(pos + 1)
+            continue
+        if pos < len(text) and text[pos] == "]":
+            if text[skip(pos + 1):].strip():
+                raise ACIError(f"{where(path, line_at(skip(pos + 1)))}: unexpected data after the JSON array")
+            return
+        raise ACIError(f"{where(path, line_at(min(pos, len(text))))}: broken JSON array: expected ',' or ']'")
+
+
+def _kind(value: Any) -> str:
+    return {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+# -- validation -------------------------------------------------------------------------------------
+@cache
+def _validator(name: str):
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(SCHEMAS[name])
+
+
+def validate(record: dict, name: str, loc: str) -> dict:
+    """Check `record` against schema `name` ("task" or "sft-sample"); raise ACIError at `loc` otherwise."""
+    v = _validator(name)
+    if v.is_valid(record):
+        return record
+    import jsonschema
+
+    err = jsonschema.exceptions.best_match(v.iter_errors(record))
+    field = ".".join(str(p) for p in err.absolute_path) or "(record)"
+    what = "task record" if name == "task" else "SFT sample"
+    raise ACIError(f"{loc}: invalid {what}: field {field}: {err.message}")
+
+
+# -- adapters -----------------------------------------------------------------------------------------
+_GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$", re.S)
+_QUESTION_KEYS = ("question", "problem", "Question", "Problem")
+_ANSWER_KEYS = ("answer", "Answer")
+_PASSAGE_KEYS = ("passage", "context", "document")
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _first(row: dict, keys: tuple[str, ...]) -> str | None:
+    return next((k for k in keys if k in row), None)
+
+
+def _text(value: Any, loc: str, field: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ACIError(f"{loc}: field {field}: expected a string or number, got {_kind(value)}")
+    return str(value)
+
+
+def _arguments(value: Any, loc: str) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as e:
+            raise ACIError(f"{loc}: tool call arguments are not valid JSON: {e.msg}") from None
+    if not isinstance(value, dict):
+        raise ACIError(f"{loc}: tool call arguments must be a JSON object, got {_kind(value)}")
+    return value
+
+
+def plain_tool_calls(calls: list[dict] | None, loc: str = "tool_calls") -> list[dict]:
+    """OpenAI-style (`{"function": {"name", "arguments": str|dict}}`) or plain calls -> `[{name, arguments}]`."""
+    out = []
+    for c in calls or []:
+        if not isinstance(c, dict):
+            raise ACIError(f"{loc}: a tool call must be an object, got {_kind(c)}")
+        fn = c.get("function", c)
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ACIError(f"{loc}: a tool call needs a string `name`")
+        out.append({"name": fn["name"], "arguments": _arguments(fn.get("arguments", {}), loc)})
+    return out
+
+
+def _messages(value: Any, loc: str, field: str) -> list[dict]:
+    """A prompt/completion value: a string becomes one turn, a list is taken as chat turns."""
+    if isinstance(value, list):
+        return [_normal_message(m) for m in value]
+    return [{"role": "user", "content": _text(value, loc, field)}]
+
+
+def _normal_message(m: Any) -> Any:
+    """OpenAI allows `content: null` beside tool calls; the schema wants a string."""
+    if isinstance(m, dict) and m.get("content") is None and "content" in m:
+        return {**m, "content": ""}
+    return m
+
+
+def _tools(tools: Any) -> Any:
+    """Accept bare `{name, description, parameters}` definitions by wrapping them OpenAI-style."""
+    if not isinstance(tools, list):
+        return tools
+    return [{"type": "function", "function": t} if isinstance(t, dict) and "function" not in t and "name" in t
+            else t for t in tools]
+
+
+def _choices_prompt(question: str, choices: list, loc: str) -> str:
+    if len(choices) > len(_LETTERS):
+        raise ACIError(f"{loc}: field choices: at most {len(_LETTERS)} choices, got {len(choices)}")
+    lines = [question, ""]
+    for i, choice in enumerate(choices):
+        lines.append(f"{_LETTERS[i]}. {_text(choice, loc, 'choices')}")
+    return "\n".join(lines)
+
+
+def _choice_answer(answer: Any, n: int, loc: str) -> str:
+    if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < n:
+        return _LETTERS[answer]
+    if isinstance(answer, str) and answer.strip().upper() in _LETTERS[:n]:
+        return answer.strip().upper()
+    raise ACIError(f"{loc}: field answer: with {n} choices expected an index 0..{n - 1} or a letter "
+                   f"A..{_LETTERS[n - 1]}, got {answer!r}")
+
+
+def to_task(row: dict, loc: str, default_id: str) -> dict:
+    """Turn one raw row into a validated task record (see the module docstring for the shapes).
+
+    Rows with a `gold` or `grader` key are taken as task records as they are (unknown keys are errors);
+    other shapes are adapted and their extra keys kept under `meta`.
+    """
+    if "gold" in row or "grader" in row:
+        task = {"id": default_id, "subtype": None, "grader": None, "meta": {}, **row}
+        if "type" not in task:
+            task["type"] = _infer_type(task)
+        if isinstance(task.get("messages"), list):
+            task["messages"] = [_normal_message(m) for m in task["messages"]]
+        if "tools" in task:
+            task["tools"] = _tools(task["tools"])
+        return validate(task, "task", loc)
+    meta = {}
+    gold: dict[str, Any] = {}
+    grader = row.get("grader")
+    q_key, a_key = _first(row, _QUESTION_KEYS), _first(row, _ANSWER_KEYS)
+    if "messages" in row:
+        msgs = row["messages"]
+        if not isinstance(msgs, list):
+            raise ACIError(f"{loc}: field messages: expected an array of turns, got {_kind(msgs)}")
+        msgs = [_normal_message(m) for m in msgs]
+        last = len(msgs) - 1
+        if last >= 1 and isinstance(msgs[last], dict) and msgs[last].get("role") == "assistant":
+            answer_turn, msgs = msgs[last], msgs[:last]
+            if answer_turn.get("content"):
+                gold["answer"] = _text(answer_turn["content"], loc, f"messages.{last}.content")
+            if answer_turn.get("tool_calls"):
+                gold["tool_calls"] = plain_tool_calls(answer_turn["tool_calls"], f"{loc}: messages.{last}")
+        used = {"messages"}
+    elif "prompt" in row and "completion" in row:
+        msgs = _messages(row["prompt"], loc, "prompt")
+        comp = row["completion"]
+        if isinstance(comp, list):  # conversational completion: the assistant turn(s)
+            turn = comp[-1] if comp and isinstance(comp[-1], dict) else {}
+            if turn.get("content"):
+                gold["answer"] = _text(turn["content"], loc, "completion.content")
+            if turn.get("tool_calls"):
+                gold["tool_calls"] = plain_tool_calls(turn["tool_calls"], f"{loc}: completion")
+        else:
+            gold["answer"] = _text(comp, loc, "completion")
+        used = {"prompt", "completion"}
+    elif q_key and a_key:
+        question = _text(row[q_key], loc, q_key)
+        answer = row[a_key]
+        choices = row.get("choices", row.get("options"))
+        if isinstance(choices, list) and choices:
+            question = _choices_prompt(question, choices, loc)
+            gold["answer"] = _choice_answer(answer, len(choices), loc)
+            grader = grader or "choice"
+            used = {q_key, a_key, "choices", "options"}
+        else:
+            answer = _text(answer, loc, a_key)
+            final = _GSM8K_FINAL.search(answer)
+            if final:  # GSM8K: reasoning, then `#### 42`; the number is the gold, the rest a solution
+                gold["answer"] = final.group(1).replace(",", "").strip()
+                meta["solution"] = answer
+            else:
+                gold["answer"] = answer.strip()
+            used = {q_key, a_key}
+        passage = _first(row, _PASSAGE_KEYS)
+        msgs = [{"role": "user", "content": question}]
+        if passage and isinstance(row[passage], str):
+            msgs = [{"role": "user", "content": f"{row[passage]}\n\n{question}"}]
+            meta["passage"] = row[passage]
+            used.add(passage)
+    else:
+        keys = ", ".join(sorted(row)) or "none"
+        raise ACIError(f"{loc}: no known record shape (keys: {keys}); expected {_HINT_SHAPES}")
+    if "solution" in row and isinstance(row["solution"], str):
+        meta.setdefault("solution", row["solution"])
+        used.add("solution")
+    for key in ("id", "type", "subtype", "tools", "grader", "meta"):
+        used.add(key)
+    extra_meta = row.get("meta")
+    if extra_meta is not None and not isinstance(extra_meta, dict):
+        raise ACIError(f"{loc}: field meta: expected an object, got {_kind(extra_meta)}")
+    meta = {**{k: v for k, v in row.items() if k not in used}, **meta, **(extra_meta or {})}
+    task: dict[str, Any] = {
+        "id": str(row["id"]) if isinstance(row.get("id"), (str, int)) and row.get("id") != "" else default_id,
+        "type": row.get("type"),
+        "subtype": row.get("subtype"),
+        "messages": msgs,
+        "gold": gold,
+        "grader": grader,
+        "meta": meta,
+    }
+    if "tools" in row:
+        task["tools"] = _tools(row["tools"])
+    if task["type"] is None:
+        task["type"] = _infer_type(task, gsm8k="solution" in meta and "####" in str(meta.get("solution")))
+        if task["grader"] is None and task["type"] == "tool-use":
+            task["grader"] = "tool-call"
+    return validate(task, "task", loc)
+
+
+def _infer_type(task: dict, gsm8k: bool = False) -> str:
+    gold = task.get("gold") if isinstance(task.get("gold"), dict) else {}
+    if gold.get("tool_calls") or task.get("tools"):
+        return "tool-use"
+    if gold.get("tests"):
+        return "code"
+    if task.get("grader") == "choice":
+        return "mcq"
+    answer = gold.get("answer")
+    if gsm8k or (isinstance(answer, str) and re.fullmatch(r"-?[\d,]*\.?\d+", answer.strip() or "x")):
+        return "math"
+    if isinstance(answer, str) and len(answer) > 200:
+        return "chat"
+    return "qa"
+
+
+def to_sample(row: dict, loc: str) -> dict:
+    """Turn one raw row into a validated SFT sample: chat `messages`, prompt/completion or question/answer."""
+    q_key, a_key = _first(row, _QUESTION_KEYS), _first(row, _ANSWER_KEYS)
+    if "messages" in row:
+        sample = dict(row)
+        if isinstance(sample["messages"], list):
+            sample["messages"] = [_normal_message(m) for m in sample["messages"]]
+        if "gold" in row:
+            raise ACIError(f"{loc}: this is a task record (it has `gold`), not an SFT sample; "
+                           f"render its gold as an assistant turn first")
+    elif "prompt" in row and "completion" in row:
+        prompt = _messages(row["prompt"], loc, "prompt")
+        comp = row["completion"]
+        completion = ([_normal_message(m) for m in comp] if isinstance(comp, list)
+                      else [{"role": "assistant", "content": _text(comp, loc, "completion")}])
+        sample = {k: v for k, v in row.items() if k not in ("prompt", "completion")}
+        sample["messages"] = prompt + completion
+    elif q_key and a_key:
+        sample = {k: v for k, v in row.items() if k not in (q_key, a_key)}
+        sample["messages"] = [{"role": "user", "content": _text(row[q_key], loc, q_key)},
+                              {"role": "assistant", "content": _text(row[a_key], loc, a_key)}]
+    else:
+        keys = ", ".join(sorted(row)) or "none"
+        raise ACIError(f"{loc}: no known sample shape (keys: {keys}); expected chat `messages`, "
+                       f"`prompt` + `completion`, or `question` + `answer`")
+    if "tools" in sample:
+        sample["tools"] = _tools(sample["tools"])
+    return validate(sample, "sft-sample", loc)
+
+
+def load_tasks(path: Path | str) -> Iterator[dict]:
+    """Stream validated task records from `path`; ACIError at `file:line` on the first bad row.
+
+    Rows without an `id` get `<file stem>-<line>`; a repeated id is an error.
+    """
+    path = Path(path)
+    seen: dict[str, int] = {}
+    for n, row in read_rows(path):
+        loc = where(path, n)
+        task = to_task(row, loc, f"{path.stem}-{n}")
+        if task["id"] in seen:
+            raise ACIError(f"{loc}: duplicate task id {task['id']!r} (first at line {seen[task['id']]})")
+        seen[task["id"]] = n
+        yield task
+
+
+def load_samples(path: Path | str) -> Iterator[dict]:
+    """Stream validated SFT samples from `path`; ACIError at `file:line` on the first bad row."""
+    path = Path(path)
+    for n, row in read_rows(path):
+        yield to_sample(row, where(path, n))
+
+
+# -- texts for contamination -------------------------------------------------------------------------
+def record_texts(row: dict) -> dict[str, str]:
+    """The question, answer and passage texts of a raw row, task record or SFT sample.
+
+    Always returns the three keys (empty string when absent). Question = user turns (system prompts are
+    shared boilerplate, not item text); answer = assistant turns, `completion`, `answer`, or the task's
+    gold (its full worked solution when the adapter kept one), tool calls as JSON; passage = a `passage`/`context`/`document`
+    field or one kept in `meta`.
+    """
+    question: list[str] = []
+    answer: list[str] = []
+    passage = ""
+    for key in _PASSAGE_KEYS:
+        if isinstance(row.get(key), str):
+            passage = row[key]
+            break
+    meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
+    passage = passage or (meta.get("passage") if isinstance(meta.get("passage"), str) else "")
+
+    def turns(msgs: Any) -> None:
+        for m in msgs if isinstance(msgs, list) else []:
+            if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+                continue
+            if m.get("role") == "user":
+                question.append(m["content"])
+            elif m.get("role") == "assistant":
+                answer.append(m["content"])
+                if m.get("tool_calls"):
+                    answer.append(json.dumps(m["tool_calls"], ensure_ascii=False))
+
+    if "messages" in row:
+        turns(row["messages"])
+    elif "prompt" in row:
+        if isinstance(row["prompt"], str):
+            question.append(row["prompt"])
+        else:
+            turns(row["prompt"])
+    else:
+        key = _first(row, _QUESTION_KEYS)
+        if key and isinstance(row[key], (str, int, float)):
+            question.append(str(row[key]))
+    if "completion" in row:
+        if isinstance(row["completion"], str):
+            answer.append(row["completion"])
+        else:
+            turns(row["completion"])
+    key = _first(row, _ANSWER_KEYS)
+    if key and "messages" not in row and isinstance(row[key], (str, int, float)):
+        answer.append(str(row[key]))
+    gold = row.get("gold") if isinstance(row.get("gold"), dict) else None
+    if gold is not None:
+        solution = meta.get("solution")
+        if isinstance(solution, str) and solution:
+            answer.append(solution)
+        elif isinstance(gold.get("answer"), str):
+            answer.append(gold["answer"])
+        if gold.get("tool_calls"):
+            answer.append(json.dumps(gold["tool_calls"], ensure_ascii=False))
+    if passage and question and question[0].startswith(passage):  # the adapter put the passage in the prompt
+        question[0] = question[0][len(passage):].lstrip()
+    return {"question": "\n".join(question).strip(), "answer": "\n".join(answer).strip(), "passage": passage.strip()}
+
+
+# -- schema files -----------------------------------------------------------------------------------
+def write_schemas(folder: Path) -> list[Path]:
+    """Write `task.schema.json` and `sft-sample.schema.json` (a test keeps the committed copies in sync)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, schema in SCHEMAS.items():
+        p = folder / f"{name}.schema.json"
+        p.write_text(json.dumps(schema, indent=2) + "\n")
+        out.append(p)
+    return out
+
+
+if __name__ == "__main__":
+    for p in write_schemas(Path(__file__).resolve().parent.parent / "state" / "schemas"):
+        print(p)
