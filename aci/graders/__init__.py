@@ -1,0 +1,94 @@
+"""One grader concept for the whole product: score a response to a task in [0, 1] with a short reason.
+
+The same graders serve `verify-task` (gold must score 1, its corruption 0), rollouts (rewards), GRPO
+reward functions and dev-set evaluation. A spec is a name or `{"type": name, ...options}`:
+
+| name | scores 1 when | corruption |
+|---|---|---|
+| `final-answer` | the last `ANSWER: X` line equals gold.answer after normalisation | another number / `not X` |
+| `last-number` | the last number in the response equals gold.answer | the number plus one |
+| `choice` | the chosen letter equals gold.answer | the next letter |
+| `unit-tests` | the response's code + gold.tests exits 0 within time and memory limits | functions stubbed out |
+| `tool-call` | the calls equal gold.tool_calls (names and arguments) | first argument broken |
+| `regex` | the response matches `pattern` | the example with the matches removed |
+| `python:mod:fn` | `fn(task, response, tool_calls)` returns 1 | as final answer / tool call |
+| `command` | the command prints 1 for the JSON on its stdin | as final answer / tool call |
+| `judge` | an LLM judge with a rubric returns 1 | as final answer |
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aci.errors import ACIError
+from aci.graders.answers import Choice, FinalAnswer, LastNumber, Regex
+from aci.graders.base import Grader, Score
+from aci.graders.code import UnitTests
+from aci.graders.external import Command, PythonFunction
+from aci.graders.judge import Judge
+from aci.graders.toolcall import ToolCall
+
+__all__ = ["Grader", "Score", "grader_for", "grade", "parse_spec", "NAMES"]
+
+_SIMPLE: dict[str, type[Grader]] = {g.name: g for g in (FinalAnswer, LastNumber, Choice, UnitTests, ToolCall, Regex)}
+NAMES = (*_SIMPLE, "python:module:function", "command", "judge")
+_CACHE: dict[tuple, Grader] = {}
+
+
+def parse_spec(spec: str | dict | None) -> dict[str, Any]:
+    """A grader spec as `{"type": name, ...}`; a string may be a name, `python:mod:fn`, or a JSON object."""
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text.startswith("{"):
+            try:
+                spec = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ACIError(f"grader spec is not valid JSON: {e.msg}") from None
+        else:
+            spec = {"type": text}
+    if not isinstance(spec, dict) or not isinstance(spec.get("type"), str) or not spec["type"]:
+        raise ACIError(f"grader spec must be a name or an object with `type`, got {spec!r}; names: {', '.join(NAMES)}")
+    if spec["type"].startswith("python:"):
+        spec = {**spec, "type": "python", "function": spec["type"][len("python:"):]}
+    return spec
+
+
+def grader_for(spec: str | dict, *, workdir: Path | None = None,
+               check_host: Callable[[str], None] | None = None) -> Grader:
+    """Build (or reuse) the grader for `spec`.
+
+    `workdir` is where `python:` modules and `command`s are found and run; `check_host(host)` is
+    called with a judge endpoint's host before use (pass `lambda h: ctx.rules.check_host(h, judge=True)`).
+    """
+    spec = parse_spec(spec)
+    key = (json.dumps(spec, sort_keys=True, default=str), str(workdir), check_host)
+    found = _CACHE.get(key)
+    if found is not None:
+        return found
+    kind = spec["type"]
+    if kind in _SIMPLE:
+        grader = _SIMPLE[kind](spec)
+    elif kind == "python":
+        grader = PythonFunction(spec, workdir)
+    elif kind == "command":
+        grader = Command(spec, workdir)
+    elif kind == "judge":
+        grader = Judge(spec, check_host)
+    else:
+        raise ACIError(f"unknown grader {kind!r}; known: {', '.join(NAMES)}")
+    if len(_CACHE) >= 64:
+        _CACHE.clear()
+    _CACHE[key] = grader
+    return grader
+
+
+def grade(task: dict, response: str, tool_calls: list[dict] | None = None, default: str | dict | None = None,
+          *, workdir: Path | None = None, check_host: Callable[[str], None] | None = None) -> Score:
+    """Score `response` to `task` with the task's own grader, else `default`."""
+    spec = task.get("grader") or default
+    if spec is None:
+        raise ACIError(f"task {task.get('id')!r} names no grader and no default was given")
+    return grader_for(spec, workdir=workdir, check_host=check_host).score(task, response, tool_calls)

@@ -1,0 +1,197 @@
+"""Graders that read one answer out of free text: final-answer line, last number, choice letter, regex."""
+
+from __future__ import annotations
+
+import re
+
+from aci.errors import ACIError
+from aci.graders.base import (
+    Grader,
+    Response,
+    Score,
+    as_number,
+    gold_answer,
+    normalise,
+    normaliser,
+    same_answer,
+    short,
+    wrong_answer,
+    wrong_number,
+)
+
+
+def _compile(pattern: str, what: str, flags: int = 0) -> re.Pattern:
+    try:
+        return re.compile(pattern, flags)
+    except re.error as e:
+        raise ACIError(f"{what}: invalid regular expression {pattern!r}: {e}") from None
+
+
+class FinalAnswer(Grader):
+    """The last `ANSWER: X` line (or a custom `pattern` whose first group is the answer) equals gold.
+
+    Options: `pattern` (regex, group 1 or group `answer` is the answer), `template` (how the gold is
+    rendered, default `ANSWER: {answer}`), `normalize` (steps, default strip, lower, commas, dollar,
+    period, spaces, numeric so that `$1,234.0` == `1234`).
+    """
+
+    name = "final-answer"
+    DEFAULT_PATTERN = r"(?im)^[ \t]*\**ANSWER\**[ \t]*:[ \t]*(.*?)[ \t]*$"
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.pattern = _compile(self.option("pattern", self.DEFAULT_PATTERN), "final-answer pattern")
+        if self.pattern.groups < 1:
+            raise ACIError("final-answer pattern needs a capturing group around the answer")
+        self.template = self.option("template", "ANSWER: {answer}")
+        if "{answer}" not in self.template:
+            raise ACIError("final-answer template must contain {answer}")
+        self.steps = normaliser(self.option("normalize"))
+
+    def extract(self, response: str) -> str | None:
+        matches = list(self.pattern.finditer(response))
+        if not matches:
+            return None
+        m = matches[-1]
+        return m.group("answer") if "answer" in self.pattern.groupindex else m.group(1)
+
+    def _score(self, task, response, tool_calls):
+        want = gold_answer(task, self.name)
+        got = self.extract(response)
+        if got is None or not got.strip():
+            return Score.of(0, "no final answer line found (expected e.g. 'ANSWER: 42')")
+        if same_answer(got, want, self.steps):
+            return Score.of(1, f"final answer {short(got, 60)!r} matches")
+        return Score.of(0, f"final answer {short(got, 60)!r} != gold {short(want, 60)!r}")
+
+    def gold(self, task) -> Response:
+        return self.template.replace("{answer}", gold_answer(task, self.name).strip()), None
+
+    def corrupt(self, task) -> Response:
+        return self.template.replace("{answer}", wrong_answer(gold_answer(task, self.name))), None
+
+
+_LAST_NUMBER = re.compile(r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
+
+
+class LastNumber(Grader):
+    """The last number in the response (commas and `$` ignored) equals the numeric gold answer."""
+
+    name = "last-number"
+
+    def _want(self, task) -> float:
+        want = as_number(normalise(gold_answer(task, self.name), ("strip", "commas", "dollar", "period")))
+        if want is None:
+            raise ACIError(f"task {task.get('id')!r}: grader last-number needs a numeric gold.answer, "
+                           f"got {gold_answer(task, self.name)!r}")
+        return want
+
+    def _score(self, task, response, tool_calls):
+        want = self._want(task)
+        found = _LAST_NUMBER.findall(response)
+        if not found:
+            return Score.of(0, "no number in the response")
+        got = as_number(found[-1].replace(",", "").replace("$", ""))
+        if got is not None and abs(got - want) <= 1e-9 * max(1.0, abs(want)):
+            return Score.of(1, f"last number {found[-1]} matches")
+        return Score.of(0, f"last number {found[-1]} != gold {gold_answer(task, self.name).strip()}")
+
+    def gold(self, task) -> Response:
+        self._want(task)
+        return gold_answer(task, self.name).strip(), None
+
+    def corrupt(self, task) -> Response:
+        self._want(task)
+        return wrong_number(gold_answer(task, self.name)) or "", None
+
+
+class Choice(Grader):
+    """A multiple-choice letter: `ANSWER: B`, `the answer is (B)`, a lone `B`, or the last `(B)`.
+
+    Options: `letters` (allowed letters, default A-D, widened to reach the gold letter).
+    """
+
+    name = "choice"
+
+    def _letters(self, task) -> str:
+        letters = str(self.option("letters", "ABCD")).upper()
+        want = self._want(task, letters)
+        if want not in letters:
+            letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[: ord(want) - ord("A") + 1]
+        return letters
+
+    def _want(self, task, letters: str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ") -> str:
+        raw = gold_answer(task, self.name).strip().strip("().").upper()
+        if len(raw) != 1 or not ("A" <= raw <= "Z"):
+            raise ACIError(f"task {task.get('id')!r}: grader choice needs a letter as gold.answer, got {raw!r}")
+        return raw
+
+    def extract(self, response: str, letters: str) -> str | None:
+        allowed = f"[{letters}{letters.lower()}]"
+        strong = [
+            rf"(?im)^[ \t]*\**answer\**[ \t]*:[ \t]*\**\(?({allowed})\)?(?![A-Za-z])",
+            rf"(?i)answer is[ \t:]*\**\(?({allowed})\)?(?![A-Za-z])",
+        ]
+        for pattern in strong:
+            found = re.findall(pattern, response)
+            if found:
+                return found[-1].upper()
+        lone = re.fullmatch(rf"\s*\(?({allowed})\)?\.?\s*", response)
+        if lone:
+            return lone.group(1).upper()
+        found = re.findall(rf"\(([{letters}])\)", response)
+        return found[-1] if found else None
+
+    def _score(self, task, response, tool_calls):
+        letters = self._letters(task)
+        want = self._want(task)
+        got = self.extract(response, letters)
+        if got is None:
+            return Score.of(0, f"no choice letter ({letters[0]}-{letters[-1]}) found")
+        if got == want:
+            return Score.of(1, f"choice {got} matches")
+        return Score.of(0, f"choice {got} != gold {want}")
+
+    def gold(self, task) -> Response:
+        self._letters(task)
+        return f"ANSWER: {self._want(task)}", None
+
+    def corrupt(self, task) -> Response:
+        letters = self._letters(task)
+        want = self._want(task)
+        other = letters[(letters.index(want) + 1) % len(letters)] if len(letters) > 1 else "Z"
+        return f"ANSWER: {other}", None
+
+
+class Regex(Grader):
+    """The response matches `pattern` (search, or the whole stripped response with `fullmatch: true`).
+
+    Options: `pattern` (required), `ignorecase`, `fullmatch`, `example` (a response that must match;
+    default gold.answer). The corruption is the example with every match of the pattern removed.
+    """
+
+    name = "regex"
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        if not isinstance(self.option("pattern"), str):
+            raise ACIError("regex grader needs a `pattern` option, e.g. {\"type\": \"regex\", \"pattern\": \"\\\\b42\\\\b\"}")
+        flags = re.IGNORECASE if self.option("ignorecase") else 0
+        self.pattern = _compile(self.spec["pattern"], "regex grader pattern", flags)
+        self.full = bool(self.option("fullmatch"))
+
+    def _score(self, task, response, tool_calls):
+        hit = self.pattern.fullmatch(response.strip()) if self.full else self.pattern.search(response)
+        if hit:
+            return Score.of(1, f"matches /{short(self.pattern.pattern, 60)}/")
+        return Score.of(0, f"does not match /{short(self.pattern.pattern, 60)}/")
+
+    def _example(self, task) -> str:
+        example = self.option("example")
+        return example if isinstance(example, str) else gold_answer(task, self.name)
+
+    def gold(self, task) -> Response:
+        return self._example(task), None
+
+    def corrupt(self, task) -> Response:
+        return self.pattern.sub("", self._example(task)), None

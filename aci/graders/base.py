@@ -1,0 +1,161 @@
+"""What every grader shares: the `Score`, the `Grader` contract, and answer normalisation.
+
+A grader answers three questions about a task: how well does a response score (`score`), what does a
+perfect response look like (`gold`), and what does a wrong one look like (`corrupt`). `verify-task`
+needs all three: the gold must score 1 and the corruption 0, or the task (or its grader) is broken.
+
+`score` never raises for anything in the response: a malformed response is a wrong response, scored 0
+with a reason, so a reward function or an evaluation loop cannot crash on model output. A task that
+lacks what the grader needs (no gold answer, no tests) is the caller's data error: `ACIError`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from aci.errors import ACIError
+
+REASON_CHARS = 300
+
+
+class Score(BaseModel):
+    score: float = Field(ge=0, le=1)
+    reason: str
+
+    @classmethod
+    def of(cls, value: float, reason: str) -> Score:
+        return cls(score=value, reason=short(reason))
+
+
+def short(text: str, limit: int = REASON_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+Response = tuple[str, list[dict] | None]
+
+
+class Grader:
+    """Base class: subclasses implement `_score`, `gold` and `corrupt`; `score` adds the never-raise guard."""
+
+    name = "grader"
+
+    def __init__(self, spec: dict[str, Any]):
+        self.spec = spec
+
+    def score(self, task: dict, response: str, tool_calls: list[dict] | None = None) -> Score:
+        if not isinstance(response, str):
+            return Score.of(0, f"response is {type(response).__name__}, not text")
+        try:
+            return self._score(task, response, tool_calls)
+        except ACIError:
+            raise
+        except Exception as e:  # a response the grader cannot read is a wrong response
+            return Score.of(0, f"{self.name}: could not grade the response ({type(e).__name__}: {e})")
+
+    def _score(self, task: dict, response: str, tool_calls: list[dict] | None) -> Score:
+        raise NotImplementedError
+
+    def gold(self, task: dict) -> Response:
+        """The task's gold rendered as a response that must score 1."""
+        return gold_answer(task, self.name), None
+
+    def corrupt(self, task: dict) -> Response:
+        """A plausible wrong response that must score 0."""
+        return wrong_answer(gold_answer(task, self.name)), None
+
+    def option(self, key: str, default: Any = None) -> Any:
+        return self.spec.get(key, default)
+
+
+# -- gold access ------------------------------------------------------------------------------------
+def gold(task: dict) -> dict:
+    g = task.get("gold")
+    return g if isinstance(g, dict) else {}
+
+
+def gold_answer(task: dict, grader: str) -> str:
+    answer = gold(task).get("answer")
+    if not isinstance(answer, str) or not answer.strip():
+        raise ACIError(f"task {task.get('id')!r}: grader {grader} needs gold.answer (a non-empty string)")
+    return answer
+
+
+# -- normalisation ------------------------------------------------------------------------------------
+NORMALISE_STEPS = ("strip", "lower", "commas", "dollar", "period", "spaces", "numeric")
+DEFAULT_NORMALISE = ("strip", "lower", "commas", "dollar", "period", "spaces", "numeric")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def normaliser(steps: Any) -> tuple[str, ...]:
+    """Validate a `normalize` option: a list of step names, or true/false for all/none."""
+    if steps is None or steps is True:
+        return DEFAULT_NORMALISE
+    if steps is False:
+        return ()
+    if isinstance(steps, str):
+        steps = [steps]
+    bad = [s for s in steps if s not in NORMALISE_STEPS]
+    if bad:
+        raise ACIError(f"unknown normalize step(s) {bad}; known: {', '.join(NORMALISE_STEPS)}")
+    return tuple(steps)
+
+
+def normalise(text: str, steps: tuple[str, ...]) -> str:
+    """Apply the checker's normalisation (e.g. lower-case, strip commas and `$`) before comparing."""
+    if "strip" in steps:
+        text = text.strip()
+    if "lower" in steps:
+        text = text.lower()
+    if "commas" in steps:
+        text = text.replace(",", "")
+    if "dollar" in steps:
+        text = text.replace("$", "")
+    if "spaces" in steps:
+        text = " ".join(text.split())
+    if "period" in steps:
+        text = text.rstrip().removesuffix(".").rstrip()
+    if "strip" in steps:
+        text = text.strip()
+    return text
+
+
+def as_number(text: str) -> float | None:
+    """The number a whole string spells (`42`, `-3.5`, `1e3`), else None."""
+    text = text.strip()
+    if not _NUMBER.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def same_answer(got: str, want: str, steps: tuple[str, ...]) -> bool:
+    got, want = normalise(got, steps), normalise(want, steps)
+    if got == want:
+        return True
+    if "numeric" in steps:
+        a, b = as_number(got), as_number(want)
+        return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return False
+
+
+def wrong_number(text: str) -> str | None:
+    """`text` with its number changed (41 -> 42, 0.5 -> 1.5, 1,234 -> 1,235), else None."""
+    clean = text.strip().replace(",", "").replace("$", "")
+    value = as_number(clean)
+    if value is None:
+        return None
+    if re.fullmatch(r"[-+]?\d+", clean):
+        return str(int(clean) + 1)
+    decimals = len(clean.split(".")[1]) if "." in clean and "e" not in clean.lower() else 0
+    return f"{value + 1:.{decimals}f}" if decimals else repr(value + 1)
+
+
+def wrong_answer(answer: str) -> str:
+    """A different answer of the same kind: a number off by one, or the text negated."""
+    return wrong_number(answer) or f"not {answer.strip()}"
+
