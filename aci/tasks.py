@@ -500,10 +500,10 @@ def to_sample(row: dict, loc: str) -> dict:
     return validate(sample, "sft-sample", loc)
 
 
-def load_tasks(path: Path | str) -> Iterator[dict]:
-    """Stream validated task records from `path`; ACIError at `file:line` on the first bad row.
+def iter_tasks(path: Path | str) -> Iterator[tuple[int, dict, dict]]:
+    """Stream `(line, raw row, validated task)`; for tools that write rows back as they were read.
 
-    Rows without an `id` get `<file stem>-<line>`; a repeated id is an error.
+    Rows without an `id` get `<file stem>-<line>`; a repeated id is an error at its line.
     """
     path = Path(path)
     seen: dict[str, int] = {}
@@ -513,6 +513,12 @@ def load_tasks(path: Path | str) -> Iterator[dict]:
         if task["id"] in seen:
             raise ACIError(f"{loc}: duplicate task id {task['id']!r} (first at line {seen[task['id']]})")
         seen[task["id"]] = n
+        yield n, row, task
+
+
+def load_tasks(path: Path | str) -> Iterator[dict]:
+    """Stream validated task records from `path`; ACIError at `file:line` on the first bad row."""
+    for _, _, task in iter_tasks(path):
         yield task
 
 
