@@ -225,7 +225,7 @@ def _array_rows(path: Path, data: bytes) -> Iterator[tuple[int, dict]]:
     last = 0
     pos = skip(pos)
     if pos < len(text) and text[pos] == "]":
-        raise ACIError(f"{where(path, line_at(pos))}: empty JSON array, expected objects")
+        raise ACIError(f"{where(path, line_at(text.index('[')))}: empty JSON array, expected objects")
     while True:
         try:
             row, end = decoder.raw_decode(text, pos)
