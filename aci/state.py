@@ -142,6 +142,7 @@ class State:
 
     def __init__(self, root: Path | str | None = None):
         self.root = Path(root if root is not None else default_root()).resolve()
+        self._repo = None
 
     # -- reading (no lock: every file is always whole) ------------------------------------------
     def exists(self) -> bool:
@@ -210,7 +211,9 @@ class State:
     def _commit(self, paths: list[str], message: str) -> None:
         import git
 
-        repo = git.Repo(self.root)
+        if self._repo is None:  # kept: its git cat-file helpers are reused across events
+            self._repo = git.Repo(self.root)
+        repo = self._repo
         present = [p for p in paths if (self.root / p).exists()]
         gone = [p for p in paths if not (self.root / p).exists()]
         index = repo.index

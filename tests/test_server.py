@@ -1,0 +1,77 @@
+"""The real `aci serve` over stdio, driven by the MCP SDK's client (acceptance of issue 2)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aci import registry
+from tests.conftest import mcp_client
+
+EVAL = "python evaluate.py --model-path {model_path} --limit {limit} --json-output-file {output}"
+
+
+def test_stdio_server_lists_tools_and_answers(workdir):
+    async def go():
+        async with mcp_client(workdir) as c:
+            listed = {t.name: t for t in (await c.list_tools()).tools}
+            assert set(registry.tools()) <= set(listed)
+            for name, t in registry.tools().items():
+                mcp_tool = listed[name]
+                assert mcp_tool.annotations.read_only_hint is t.read_only
+                assert mcp_tool.annotations.destructive_hint is t.destructive
+                assert mcp_tool.annotations.idempotent_hint is t.idempotent
+                assert set(mcp_tool.input_schema["properties"]) == set(t.input.model_fields)
+                assert "run" in mcp_tool.output_schema["properties"], name
+            assert listed["status"].annotations.read_only_hint is True
+
+            r = await c.call_tool("plan", {"action": "init", "base_model": "base", "benchmark": "gsm8k",
+                                           "eval_command": EVAL, "benchmark_size": 1319})
+            assert not r.is_error, r.content
+            card = r.structured_content["card"]
+            assert card["benchmark"] == "gsm8k" and card["eval_command"] == EVAL
+            assert [p["name"] for p in r.structured_content["phases"]] == [
+                "recon", "baseline", "first-model", "iterate", "submit"]
+            assert r.structured_content["run"]["time_left_min"] > 590
+
+            r = await c.call_tool("log-state", {"kind": "benchmark-card", "message": "last number is scored"})
+            assert not r.is_error, r.content
+            assert r.structured_content["event"]["kind"] == "benchmark-card"
+
+            r = await c.call_tool("status", {})
+            s = r.structured_content["state"]
+            assert s["current_phase"] == "baseline"
+            assert s["last_events"][-1]["message"] == "last number is scored"
+            assert any("baseline" in x.lower() for x in r.structured_content["run"]["reminders"])
+            # 5 % of 1319 items is over the absolute minimum of 32
+            assert "66 samples" in next(g["evidence"] for g in s["gates"] if g["name"] == "baseline")
+
+            bad = await c.call_tool("plan", {"action": "init", "base_model": "x", "benchmark": "y"})
+            assert bad.is_error and "already exists" in bad.content[0].text
+
+            resources = {str(x.uri) for x in (await c.list_resources()).resources}
+            assert "skill://posttrain" in resources and "rules://integrity" in resources
+            text = (await c.read_resource("skill://posttrain")).contents[0].text
+            assert text.startswith("---")
+
+    asyncio.run(go())
+    history = (workdir / "state").joinpath(".git").is_dir()
+    assert history
+
+
+def test_cli_errors_exit_2_and_json(workdir):
+    import json
+    import subprocess
+    import sys
+
+    run = lambda *a: subprocess.run([sys.executable, "-m", "aci.cli", *a], capture_output=True, text=True, cwd=workdir)
+    r = run("log-state", "append", "--message", "x")
+    assert r.returncode == 2 and "no run card" in r.stderr
+    r = run("plan", "init", "--base-model", "m", "--benchmark", "b", "--eval-command", "python e.py")
+    assert r.returncode == 2 and "{model_path}" in r.stderr
+    r = run("--json", "plan", "init", "--base-model", "m", "--benchmark", "b", "--eval-command", EVAL,
+            "--targets", '[{"metric": "accuracy", "value": 0.5}]')
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["card"]["targets"] == [{"metric": "accuracy", "value": 0.5}]
+    r = run("status")
+    assert r.returncode == 0 and "m on b" in r.stdout
