@@ -5,7 +5,7 @@ reward functions and dev-set evaluation. A spec is a name or `{"type": name, ...
 
 | name | scores 1 when | corruption |
 |---|---|---|
-| `final-answer` | the last `ANSWER: X` line equals gold.answer after normalisation | another number / `not X` |
+| `final-answer` | the last `ANSWER: X` line equals gold.answer after normalisation | the number plus one / `I don't know.` |
 | `last-number` | the last number in the response equals gold.answer | the number plus one |
 | `choice` | the chosen letter equals gold.answer | the next letter |
 | `unit-tests` | the response's code + gold.tests exits 0 within time and memory limits | functions stubbed out |

@@ -155,7 +155,15 @@ def wrong_number(text: str) -> str | None:
     return f"{value + 1:.{decimals}f}" if decimals else repr(value + 1)
 
 
+_WRONG_TEXTS = ("I don't know.", "none", "N/A", "zzz")
+
+
 def wrong_answer(answer: str) -> str:
-    """A different answer of the same kind: a number off by one, or the text negated."""
-    return wrong_number(answer) or f"not {answer.strip()}"
+    """A different answer of the same kind: a number off by one, or a non-answer that shares no text with
+    the gold (so even a grader that only checks `gold in response` must reject it)."""
+    number = wrong_number(answer)
+    if number is not None:
+        return number
+    gold = answer.strip().lower()
+    return next((w for w in _WRONG_TEXTS if gold not in w.lower() and w.lower() not in gold), "no answer given")
 

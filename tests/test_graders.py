@@ -1,0 +1,340 @@
+"""Every built-in grader: correct, wrong and malformed responses; gold scores 1 and corruption 0."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+
+import pytest
+
+from aci import rules
+from aci.errors import ACIError
+from aci.graders import NAMES, Score, grade, grader_for, parse_spec
+from tests.openai_stub import OpenAIStub
+
+
+def task(**gold) -> dict:
+    return {"id": "t", "type": "x", "subtype": None, "messages": [{"role": "user", "content": "question?"}],
+            "gold": gold, "grader": None, "meta": {}}
+
+
+SOLUTION = "def add(a, b):\n    return a + b\n"
+GREP = textwrap.dedent("""
+    import json, sys
+    d = json.load(sys.stdin)
+    ok = d["task"]["gold"]["answer"] in d["response"]
+    print(json.dumps({"score": 1 if ok else 0, "reason": "found" if ok else "missing"}))
+""")
+
+# (spec, task) pairs covering every grader family; each must accept its gold and reject its corruption.
+SAMPLES = {
+    "final-answer-int": ("final-answer", task(answer="42")),
+    "final-answer-money": ("final-answer", task(answer="$1,234.50")),
+    "final-answer-text": ("final-answer", task(answer="Paris")),
+    "last-number": ("last-number", task(answer="1,234")),
+    "last-number-decimal": ("last-number", task(answer="-0.25")),
+    "choice": ("choice", task(answer="B")),
+    "choice-last-letter": ("choice", task(answer="D")),
+    "choice-wide": ({"type": "choice", "letters": "ABCDEFGHIJ"}, task(answer="J")),
+    "unit-tests": ("unit-tests", task(answer=SOLUTION, tests="assert add(2, 3) == 5\nassert add(-1, 1) == 0")),
+    "tool-call": ("tool-call", task(tool_calls=[{"name": "get_order", "arguments": {"order_id": "#W42", "n": 2}},
+                                                {"name": "cancel", "arguments": {"reason": "no longer needed"}}])),
+    "tool-call-no-args": ("tool-call", task(tool_calls=[{"name": "list_orders", "arguments": {}}])),
+    "tool-call-bool": ("tool-call", task(tool_calls=[{"name": "set", "arguments": {"on": True}}])),
+    "regex": ({"type": "regex", "pattern": r"\b42\b"}, task(answer="The answer is 42.")),
+    "python": ("python:aci_grader_fixtures:contains_gold", task(answer="blue")),
+    "python-tools": ("python:aci_grader_fixtures:first_tool_name", task(tool_calls=[{"name": "f", "arguments": {"a": 1}}])),
+    "command": ({"type": "command", "command": [sys.executable, "-c", GREP]}, task(answer="needle")),
+}
+
+
+@pytest.fixture(autouse=True)
+def fixtures_module(tmp_path, monkeypatch):
+    """A grader module importable as `aci_grader_fixtures`, as an agent's own grader module would be."""
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    (folder / "aci_grader_fixtures.py").write_text(textwrap.dedent("""
+        def contains_gold(task, response):
+            return 1.0 if task["gold"]["answer"] in response else 0.0
+
+        def first_tool_name(task, response, tool_calls):
+            names = [c["function"]["name"] for c in tool_calls or []]
+            want = task["gold"]["tool_calls"][0]["name"]
+            return (1.0, "right tool") if names[:1] == [want] and tool_calls[0]["function"]["arguments"] == \\
+                '{"a": 1}' else (0.0, f"tools {names}")
+
+        def out_of_range(task, response):
+            return 1.5
+
+        def not_a_number(task, response):
+            return "yes"
+
+        def raises(task, response):
+            raise RuntimeError("grader bug")
+
+        def as_dict(task, response):
+            return {"score": 0.25, "reason": "quarter"}
+    """))
+    monkeypatch.syspath_prepend(str(folder))
+    yield
+    sys.modules.pop("aci_grader_fixtures", None)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_gold_scores_one_and_corruption_zero(name):
+    spec, t = SAMPLES[name]
+    g = grader_for(spec)
+    good = g.score(t, *g.gold(t))
+    bad_response, bad_calls = g.corrupt(t)
+    bad = g.score(t, bad_response, bad_calls)
+    assert good.score == 1, good.reason
+    assert bad.score == 0, (bad_response, bad_calls, bad.reason)
+    assert good.reason and bad.reason
+
+
+def test_every_named_grader_is_covered():
+    covered = {parse_spec(spec)["type"] for spec, _ in SAMPLES.values()} | {"judge"}
+    assert {n.split(":")[0] for n in NAMES} == covered
+
+
+def test_final_answer_normalisation_and_malformed():
+    t = task(answer="1234")
+    for ok in ["ANSWER: 1234", "ANSWER: 1,234", "answer: $1,234.00", "Work...\nANSWER: 1234.\n",
+               "ANSWER: 1\nlater, corrected:\nANSWER: 1234", "**Answer**: 1234"]:
+        assert grade(t, ok, default="final-answer").score == 1, ok
+    assert grade(task(answer="42"), "ANSWER: 42.0", default="final-answer").score == 1
+    assert grade(task(answer="Paris"), "ANSWER:  paris ", default="final-answer").score == 1
+    wrong = grade(t, "ANSWER: 1235", default="final-answer")
+    assert wrong.score == 0 and "1235" in wrong.reason
+    for malformed in ["", "1234", "ANSWER:", "\x00\x01", "ANSWER 1234"]:
+        s = grade(t, malformed, default="final-answer")
+        assert s.score == 0 and s.reason, malformed
+    assert grader_for("final-answer").score(t, None).score == 0  # not text at all
+    exact = {"type": "final-answer", "normalize": False}
+    assert grade(task(answer="Paris"), "ANSWER: paris", default=exact).score == 0
+    custom = {"type": "final-answer", "pattern": r"####\s*(\S+)", "template": "#### {answer}"}
+    g = grader_for(custom)
+    assert g.gold(t) == ("#### 1234", None)
+    assert g.score(t, "so #### 1,234").score == 1 and g.score(t, "ANSWER: 1234").score == 0
+    with pytest.raises(ACIError, match="capturing group"):
+        grader_for({"type": "final-answer", "pattern": "ANSWER"})
+    with pytest.raises(ACIError, match="unknown normalize"):
+        grader_for({"type": "final-answer", "normalize": ["upper"]})
+
+
+def test_last_number():
+    t = task(answer="1234")
+    assert grade(t, "First 12, then the total is $1,234.", default="last-number").score == 1
+    assert grade(t, "1234 at first, but really 1233", default="last-number").score == 0
+    assert grade(t, "no digits here", default="last-number").reason == "no number in the response"
+    with pytest.raises(ACIError, match="numeric gold.answer"):
+        grade(task(answer="Paris"), "x", default="last-number")
+
+
+def test_choice():
+    t = task(answer="C")
+    for ok in ["ANSWER: C", "The answer is (C).", "C", "(c)", "I think B... no. The answer is C", "answer: **C**"]:
+        assert grade(t, ok, default="choice").score == 1, ok
+    assert grade(t, "ANSWER: A", default="choice").score == 0
+    s = grade(t, "It could be anything", default="choice")
+    assert s.score == 0 and "no choice letter" in s.reason
+    assert grade(t, "ANSWER: Z", default="choice").score == 0  # not among A-D: no letter
+    assert grader_for("choice").corrupt(task(answer="D"))[0] == "ANSWER: A"
+    with pytest.raises(ACIError, match="letter"):
+        grade(task(answer="42"), "A", default="choice")
+
+
+def test_unit_tests_results_and_malformed_code():
+    t = task(answer=SOLUTION, tests="assert add(2, 3) == 5")
+    g = grader_for("unit-tests")
+    assert g.score(t, f"Here:\n```python\n{SOLUTION}```\nDone.").score == 1
+    assert g.score(t, SOLUTION).score == 1  # unfenced code is taken whole
+    wrong = g.score(t, "def add(a, b):\n    return a - b\n")
+    assert wrong.score == 0 and "AssertionError" in wrong.reason
+    syntax = g.score(t, "def add(a, b) return")
+    assert syntax.score == 0 and "SyntaxError" in syntax.reason
+    assert g.score(t, "").score == 0
+    with pytest.raises(ACIError, match="gold.tests"):
+        g.score(task(answer=SOLUTION), SOLUTION)
+
+
+def test_unit_tests_kill_a_runaway_solution_at_the_time_limit():
+    g = grader_for({"type": "unit-tests", "timeout": 1.0})
+    t = task(answer=SOLUTION, tests="assert add(1, 1) == 2")
+    start = time.monotonic()
+    s = g.score(t, "while True:\n    pass\n")
+    elapsed = time.monotonic() - start
+    assert s.score == 0 and "timeout" in s.reason
+    assert 1.0 <= elapsed < 1.0 + 5, elapsed
+
+
+def test_unit_tests_kill_forked_children_too(tmp_path):
+    marker = tmp_path / "child-alive"
+    code = textwrap.dedent(f"""
+        import os, time
+        if os.fork() == 0:
+            time.sleep(2)
+            open({str(marker)!r}, "w").write("still here")
+            os._exit(0)
+        while True:
+            pass
+    """)
+    s = grader_for({"type": "unit-tests", "timeout": 0.5}).score(task(answer="x", tests="pass"), code)
+    assert s.score == 0
+    time.sleep(2.5)
+    assert not marker.exists()  # the whole process group went down at the limit
+
+
+def test_unit_tests_memory_limit():
+    g = grader_for({"type": "unit-tests", "memory_mb": 256})
+    s = g.score(task(answer="x", tests="pass"), "blob = bytearray(1024 * 1024 * 1024)\n")
+    assert s.score == 0 and "memory" in s.reason.lower()
+
+
+def test_tool_call_parsing_and_comparison():
+    t = task(tool_calls=[{"name": "get_order", "arguments": {"order_id": "#W1", "qty": 2}}])
+    g = grader_for("tool-call")
+    openai = [{"id": "c1", "type": "function",
+               "function": {"name": "get_order", "arguments": "{\"qty\": 2.0, \"order_id\": \"#W1\"}"}}]
+    assert g.score(t, "", openai).score == 1  # structured calls win; 2 == 2.0; key order free
+    hermes = 'Sure.\n<tool_call>\n{"name": "get_order", "arguments": {"order_id": "#W1", "qty": 2}}\n</tool_call>'
+    assert g.score(t, hermes).score == 1
+    assert g.score(t, '<tool_call>{"name": "get_order", "arguments": "{\\"order_id\\": \\"#W1\\", \\"qty\\": 2}"}'
+                      '</tool_call>').score == 1  # arguments as a JSON string
+    assert g.score(t, hermes.replace("#W1", "#W2")).score == 0
+    assert "expected 'get_order'" in g.score(t, hermes.replace('"get_order"', '"get_user"')).reason
+    assert "2 tool call(s)" in g.score(t, hermes + "\n" + hermes).reason
+    assert g.score(t, "I will look it up.").score == 0
+    broken = g.score(t, '<tool_call>{"name": "get_order", "arguments": {"order_id": </tool_call>')
+    assert broken.score == 0 and "malformed" in broken.reason
+    assert g.score(t, "", [{"function": {"name": "get_order", "arguments": "not json"}}]).score == 0
+    assert g.score(t, "", [42]).score == 0
+    flag = task(tool_calls=[{"name": "set", "arguments": {"on": True}}])
+    assert g.score(flag, "", [{"name": "set", "arguments": {"on": 1}}]).score == 0  # true is not 1
+    two = task(tool_calls=[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}])
+    swapped = [{"name": "b", "arguments": {}}, {"name": "a", "arguments": {}}]
+    assert g.score(two, "", swapped).score == 0
+    assert grader_for({"type": "tool-call", "ordered": False}).score(two, "", swapped).score == 1
+    with pytest.raises(ACIError, match="gold.tool_calls"):
+        g.score(task(answer="x"), hermes)
+
+
+def test_regex():
+    g = grader_for({"type": "regex", "pattern": r"^yes\b", "ignorecase": True})
+    t = task(answer="Yes, it is.")
+    assert g.score(t, "YES indeed").score == 1 and g.score(t, "no").score == 0
+    full = grader_for({"type": "regex", "pattern": r"\d+", "fullmatch": True, "example": "12"})
+    assert full.score(t, " 12 ").score == 1 and full.score(t, "12 apples").score == 0
+    assert full.gold(t)[0] == "12"
+    everything = grader_for({"type": "regex", "pattern": ".*"})
+    assert everything.score(t, everything.corrupt(t)[0]).score == 1  # verify-task rejects such a grader
+    with pytest.raises(ACIError, match="invalid regular expression"):
+        grader_for({"type": "regex", "pattern": "("})
+    with pytest.raises(ACIError, match="needs a `pattern`"):
+        grader_for("regex")
+
+
+def test_python_function_results_and_failures(tmp_path):
+    t = task(answer="blue")
+    assert grade(t, "it is blue", default="python:aci_grader_fixtures:contains_gold").score == 1
+    quarter = grade(t, "x", default="python:aci_grader_fixtures:as_dict")
+    assert quarter == Score(score=0.25, reason="quarter")
+    for fn, why in [("out_of_range", "outside [0, 1]"), ("not_a_number", "not a score"), ("raises", "grader bug")]:
+        s = grade(t, "x", default=f"python:aci_grader_fixtures:{fn}")
+        assert s.score == 0 and why in s.reason, s
+    (tmp_path / "my_grader.py").write_text("def score(task, response):\n    return (0.5, 'half')\n")
+    assert grader_for("python:my_grader.py:score", workdir=tmp_path).score(t, "x") == Score(score=0.5, reason="half")
+    assert grader_for({"type": "python", "function": "my_grader:score"}, workdir=tmp_path).score(t, "x").score == 0.5
+    with pytest.raises(ACIError, match="cannot import"):
+        grader_for("python:no_such_module_here:fn")
+    with pytest.raises(ACIError, match="no function 'nope'"):
+        grader_for("python:aci_grader_fixtures:nope")
+
+
+def test_command_results_and_failures(tmp_path):
+    t = task(answer="needle")
+    script = tmp_path / "grade.py"
+    script.write_text(GREP)
+    g = grader_for({"type": "command", "command": f"{sys.executable} grade.py"}, workdir=tmp_path)
+    assert g.score(t, "a needle here") == Score(score=1, reason="found")
+    assert g.score(t, "hay") == Score(score=0, reason="missing")
+
+    def run(code: str, **opts) -> Score:
+        return grader_for({"type": "command", "command": [sys.executable, "-c", code], **opts}).score(t, "r")
+
+    assert run("print('log line'); print(0.75)").score == 0.75  # last line is the score
+    assert run("print('maybe')").score == 0 and "not a number" in run("print('maybe')").reason
+    assert "exited 3" in run("import sys; sys.stderr.write('boom'); sys.exit(3)").reason
+    assert "outside" in run("print(2)").reason
+    assert "printed no score" in run("pass").reason
+    start = time.monotonic()
+    slow = run("import time; time.sleep(30)", timeout=0.5)
+    assert slow.score == 0 and "timed out" in slow.reason and time.monotonic() - start < 10
+    missing = grader_for({"type": "command", "command": "/no/such/binary"}).score(t, "r")
+    assert missing.score == 0 and "could not start" in missing.reason
+    with pytest.raises(ACIError, match="needs `command`"):
+        grader_for("command")
+
+
+def test_judge_against_a_local_openai_server():
+    replies = [
+        '{"score": 1, "reason": "correct"}',
+        'Thinking...\n```json\n{"score": 0.5, "reason": "partly"}\n```',
+        "<think>hmm {not json}</think>I cannot decide.",
+        '{"score": 3, "reason": "too high"}',
+        '{"score": "high"}',
+        {"status": 500, "body": "overloaded"},
+        {"content": None},
+    ]
+    t = task(answer="Paris", claims=["Paris is the capital of France"])
+    with OpenAIStub(replies) as stub:
+        g = grader_for({"type": "judge", "endpoint": stub.url, "model": "judge-1", "rubric": "Is it Paris?"})
+        results = [g.score(t, "It is Paris.") for _ in replies]
+        assert [r.score for r in results] == [1, 0.5, 0, 0, 0, 0, 0]
+        assert results[0].reason == "judge: correct"
+        assert "no JSON score" in results[2].reason and "outside" in results[3].reason
+        assert "HTTP 500" in results[5].reason
+        sent = stub.requests[0]
+        assert sent["model"] == "judge-1" and sent["temperature"] == 0
+        prompt = sent["messages"][1]["content"]
+        assert "Is it Paris?" in prompt and "It is Paris." in prompt and "question?" in prompt
+        assert "Paris is the capital of France" in prompt
+        scaled = grader_for({"type": "judge", "endpoint": stub.url + "/chat/completions", "model": "j", "scale": 10})
+        stub.replies = ['{"score": 7}']
+        assert scaled.score(t, "x").score == pytest.approx(0.7)
+        url = stub.url
+    down = grader_for({"type": "judge", "endpoint": url, "model": "j", "timeout": 2}).score(t, "x")
+    assert down.score == 0 and "judge request failed" in down.reason
+
+
+def test_judge_host_check_under_posttrainbench_rules():
+    strict = rules.load("posttrainbench")
+
+    def check(host: str) -> None:
+        strict.check_host(host, judge=True)
+
+    with pytest.raises(ACIError) as err:
+        grader_for({"type": "judge", "endpoint": "https://api.openai.com/v1", "model": "gpt"}, check_host=check)
+    assert err.value.rule == "no-hosted-llm"
+    assert grader_for({"type": "judge", "endpoint": "http://localhost:9/v1", "model": "m"}, check_host=check)
+    with pytest.raises(ACIError, match="must be an http"):
+        grader_for({"type": "judge", "endpoint": "ftp://x", "model": "m"})
+    with pytest.raises(ACIError, match="needs `endpoint` and `model`"):
+        grader_for("judge")
+
+
+def test_grade_uses_the_task_grader_then_the_default():
+    t = {**task(answer="7"), "grader": "last-number"}
+    assert grade(t, "it is 7", default="final-answer").score == 1  # the task's own grader wins
+    assert grade(task(answer="7"), "ANSWER: 7", default='{"type": "final-answer"}').score == 1
+    with pytest.raises(ACIError, match="names no grader"):
+        grade(task(answer="7"), "7")
+    with pytest.raises(ACIError, match="unknown grader 'nope'"):
+        grader_for("nope")
+    with pytest.raises(ACIError, match="not valid JSON"):
+        grader_for("{broken")
+    with pytest.raises(ValueError):
+        Score(score=1.5, reason="x")
+    assert json.loads(Score.of(1, "a\n  b").model_dump_json()) == {"score": 1.0, "reason": "a b"}
