@@ -1,0 +1,144 @@
+"""Rules as data, the clock, the schemas generated from the records, and the Stop guard."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aci import records, rules
+from aci.clock import Clock, clock_for, parse_timer_output
+from aci.context import Context
+from aci.errors import ACIError
+from aci.guard import stop_decision
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_committed_schemas_match_the_models(tmp_path):
+    assert json.loads((ROOT / "rules" / "rules.schema.json").read_text()) == rules.json_schema()
+    for p in records.write_schemas(tmp_path):
+        assert json.loads(p.read_text()) == json.loads((ROOT / "state" / "schemas" / p.name).read_text()), p.name
+
+
+def test_profiles_load_and_phase_shares_sum_to_one():
+    for name in rules.PROFILES:
+        r = rules.load(name)
+        assert abs(sum(p.share for p in r.profile.phases) - 1) < 1e-9
+    strict = rules.load("posttrainbench")
+    assert strict.min_samples(1319) == 66 and strict.min_samples(30) == 32 and strict.min_samples(None) == 32
+    strict.check_host("127.0.0.1")
+    strict.check_host("localhost")
+    with pytest.raises(ACIError) as e:
+        strict.check_host("api.openai.com")
+    assert e.value.rule == "no-hosted-llm"
+    with pytest.raises(ACIError) as e:
+        strict.check_dataset_name("openai/openai_humaneval")
+    assert e.value.rule == "forbidden-datasets"
+    strict.check_dataset_name("openai/gsm8k")
+    rules.load("default").check_host("api.example.com")
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d["profiles"]["posttrainbench"].pop("final_reserve_min"), "profiles.posttrainbench"),
+    (lambda d: d["profiles"]["default"].__setitem__("final_reserve_min", "soon"), "profiles.default.final_reserve_min"),
+    (lambda d: d["rules"][0].__setitem__("id", "Bad Id"), "rules.0.id"),
+    (lambda d: d["profiles"]["default"]["phases"][0].__setitem__("share", 0.5), "profiles.default.phases"),
+])
+def test_broken_rules_file_names_the_field(tmp_path, mutate, field):
+    data = yaml.safe_load((ROOT / "rules" / "rules.yaml").read_text())
+    mutate(data)
+    bad = tmp_path / "rules.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(ACIError, match=f"field {field}"):
+        rules.load_file(bad)
+
+
+def test_broken_rules_file_through_the_cli(tmp_path):
+    bad = tmp_path / "rules.yaml"
+    bad.write_text("version: 1\nrules: []\nprofiles: {}\n")
+    r = subprocess.run([sys.executable, "-m", "aci.cli", "status"], capture_output=True, text=True, cwd=tmp_path,
+                       env={**__import__("os").environ, "ACI_RULES": str(bad)})
+    assert r.returncode == 2 and "field rules" in r.stderr
+
+
+@pytest.mark.parametrize("text,minutes", [
+    ("Remaining time (hours:minutes):\n9:58\n", 598),
+    ("Remaining time (hours:minutes): 0:07", 7),
+    ("Timer expired!\n", 0),
+])
+def test_timer_output(text, minutes):
+    assert parse_timer_output(text) == timedelta(minutes=minutes)
+
+
+def test_unreadable_timer_is_an_error():
+    with pytest.raises(ACIError, match="timer.sh"):
+        parse_timer_output("hello")
+
+
+def test_deadline_from_timer_beats_the_card(workdir):
+    (workdir / "timer.sh").write_text('echo "Remaining time (hours:minutes):"\necho "2:30"\n')
+    card = {"started_at": "2020-01-01T00:00:00+00:00", "budget_hours": 10}
+    clk = clock_for(workdir, card, 45)
+    assert clk.source == "timer.sh"
+    assert timedelta(minutes=149) < clk.left() <= timedelta(minutes=150)
+    assert timedelta(minutes=104) < clk.left_for_work() <= timedelta(minutes=105)
+    assert clk.fits(timedelta(minutes=100)) and not clk.fits(timedelta(minutes=110))
+    (workdir / "timer.sh").unlink()
+    assert clock_for(workdir, card, 45).left() == timedelta(0)  # the 2020 budget is long over
+
+
+def test_reserve():
+    from aci.state import now
+
+    clk = Clock(now() + timedelta(minutes=30), timedelta(minutes=45), "test")
+    assert clk.in_reserve() and clk.left_for_work() == timedelta(0)
+
+
+def _init(wd, **extra):
+    from aci import registry
+
+    args = {"action": "init", "base_model": "base", "benchmark": "toy",
+            "eval_command": "python evaluate.py --model-path {model_path} --json-output-file {output}", **extra}
+    return registry.call("plan", args, Context(workdir=wd))
+
+
+def test_stop_guard_blocks_until_target_met(workdir):
+    assert stop_decision(Context(workdir=workdir)) is None  # no run: never trap a session
+    _init(workdir, targets=[{"metric": "accuracy", "value": 0.5}])
+    d = stop_decision(Context(workdir=workdir))
+    assert d["decision"] == "block" and "never-stop-early" in d["reason"] and "left" in d["reason"]
+    from aci.state import State, iso
+
+    with State(workdir / "state").event("promote", "promoted x") as w:
+        w.write_json("best.json", {"checkpoint": "x", "path": "final_model", "score": 0.7, "evaluator": "cmd",
+                                   "promoted_at": iso()})
+    assert stop_decision(Context(workdir=workdir)) is None
+    r = subprocess.run([sys.executable, "-m", "aci.cli", "guard", "stop"], input="{}", capture_output=True,
+                       text=True, cwd=workdir)
+    assert r.returncode == 0 and r.stdout.strip() == ""
+
+
+def test_stop_guard_releases_in_final_reserve(workdir):
+    (workdir / "timer.sh").write_text('echo "Remaining time (hours:minutes):"; echo "0:30"\n')
+    _init(workdir, profile="posttrainbench")
+    assert stop_decision(Context(workdir=workdir)) is None
+
+
+def test_plan_records_eval_file_hashes_and_flags_edits(workdir):
+    (workdir / "evaluate.py").write_text("print('eval')\n")
+    (workdir / "templates").mkdir()
+    (workdir / "templates" / "qwen3.jinja").write_text("{{ messages }}")
+    out = _init(workdir, base_model="Qwen/Qwen3-1.7B-Base")
+    assert out.card["template"] == "templates/qwen3.jinja"
+    assert set(out.card["protected"]) == {"evaluate.py", "templates/qwen3.jinja"}
+    (workdir / "evaluate.py").write_text("print('hacked')\n")
+    from aci import registry
+
+    status = registry.call("status", {}, Context(workdir=workdir))
+    assert any("no-eval-edits" in r for r in status.run.reminders)
