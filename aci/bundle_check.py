@@ -1,0 +1,492 @@
+"""Check that the Markdown half of the product agrees with the tools and the rules.
+
+The skills tell an agent what to type. A command, action or option that the CLI does not accept, a link
+that leads nowhere, or a rule that exists on one side only sends a strong agent down a wrong path with
+full confidence, so these are checked like code:
+
+* front matter of every `SKILL.md` follows the agentskills.io specification (`name` = folder, a
+  `description` of at most 1024 characters without angle brackets);
+* length limits (the entry `SKILL.md` < 200 lines, every other file < 500);
+* every relative link (and `#anchor`) resolves, inside the files that ship with the bundle;
+* every `aci <command> [action] --option` written in code (and `aci <command>` in prose) exists in the
+  CLI generated from the registry (MCP tool names and fields are the same);
+* every `skills/<name>` and `workflows/<name>.md` mentioned exists;
+* `rules/integrity.md` has one `### <rule-id>` section per rule in `rules/rules.yaml` and no other, and
+  each section names the tools that enforce it;
+* `workflows/posttrain.md` names the phases and gates of every rules profile, in order, with the time
+  shares the profile sets; minimum-sample and final-reserve figures match the profiles.
+
+`python -m aci.bundle_check [ROOT]` prints one `file:line: problem` per finding and exits 1 on any.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from aci import bundle
+
+ENTRY = "SKILL.md"
+ENTRY_NAME = "posttrain"  # the folder the installers give the entry skill (aci/install.py ENTRY_SKILL)
+SHIPPED = ("SKILL.md", "skills", "workflows", "rules")  # what the wheel and `aci install` copy
+EXTRA_DOCS = ("state/README.md",)  # repository docs checked too, not shipped
+MAX_LINES_ENTRY, MAX_LINES = 200, 500
+FRONT_MATTER_KEYS = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
+NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+# Options of PostTrainBench's evaluate.py (posttrainbench.md), which the Markdown may show on their own.
+EVALUATE_PY_OPTIONS = {"--model-path", "--limit", "--max-tokens", "--max-connections", "--json-output-file"}
+SHELL_BREAKS = {"|", "||", "&&", ";", "&", ">", ">>", "2>&1", "2>", "<"}
+STAGE_RE = re.compile(r"^## Stage (\d+): ([a-z0-9-]+) \(gate: ([a-z0-9-]+)\)\s*$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}"
+
+
+# -- the command vocabulary, from the real CLI ---------------------------------------------------------
+@dataclass
+class Command:
+    name: str
+    options: dict[str, bool]  # option -> takes a value
+    choices: tuple[str, ...] | None  # the action argument's choices, if any
+    subcommands: dict[str, Command]
+
+
+def _command(cmd, ctx) -> Command:
+    import click
+
+    options: dict[str, bool] = {"--help": False}
+    choices = None
+    for p in cmd.params:
+        if isinstance(p, click.Option):
+            takes = not (p.is_flag or p.count)
+            for o in [*p.opts, *p.secondary_opts]:
+                options[o] = takes
+        elif isinstance(p, click.Argument) and isinstance(p.type, click.Choice):
+            choices = tuple(p.type.choices)
+    subs = {}
+    if isinstance(cmd, click.Group):
+        subs = {n: _command(cmd.get_command(ctx, n), ctx) for n in cmd.list_commands(ctx)}
+    return Command(cmd.name, options, choices, subs)
+
+
+def vocabulary() -> tuple[dict[str, bool], dict[str, Command]]:
+    """Global options and every command the `aci` CLI accepts (tools from the registry + extra commands)."""
+    import click
+
+    from aci.cli import cli
+
+    ctx = click.Context(cli)
+    glob = _command(cli, ctx).options
+    commands = {}
+    for name in cli.list_commands(ctx):
+        cmd = cli.get_command(ctx, name)
+        if cmd is not None:
+            commands[name] = _command(cmd, ctx)
+    return glob, commands
+
+
+# -- reading Markdown -------------------------------------------------------------------------------------
+@dataclass
+class Doc:
+    path: Path
+    rel: str
+    text: str
+
+    @property
+    def lines(self) -> list[str]:
+        return self.text.splitlines()
+
+
+def documents(root: Path) -> list[Doc]:
+    paths: list[Path] = []
+    for name in SHIPPED + EXTRA_DOCS:
+        p = root / name
+        if p.is_file():
+            paths.append(p)
+        elif p.is_dir():
+            paths += sorted(p.rglob("*.md"))
+    return [Doc(p, p.relative_to(root).as_posix(), p.read_text(encoding="utf-8")) for p in paths]
+
+
+def code_regions(doc: Doc) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(code snippets, prose lines), each with its 1-based line number. Fenced blocks are joined per
+    shell line (backslash continuations folded); inline spans are taken from the prose lines."""
+    code: list[tuple[int, str]] = []
+    prose: list[tuple[int, str]] = []
+    fence = None
+    pending, pending_line = "", 0
+    for n, line in enumerate(doc.lines, 1):
+        marker = re.match(r"^\s*(```+|~~~+)", line)
+        if marker and (fence is None or marker.group(1).startswith(fence)):
+            fence = None if fence else marker.group(1)[:3]
+            continue
+        if fence:
+            if not pending:
+                pending_line = n
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            code.append((pending_line, pending + line))
+            pending = ""
+            continue
+        for m in re.finditer(r"(`+)(.+?)\1", line):
+            code.append((n, m.group(2).strip()))
+        prose.append((n, re.sub(r"(`+)(.+?)\1", " ", line)))
+    return code, prose
+
+
+def _split(snippet: str) -> list[str]:
+    try:
+        return shlex.split(snippet, comments=True)
+    except ValueError:  # unbalanced quotes in an illustrative snippet: fall back to whitespace
+        return snippet.split()
+
+
+def _placeholder(token: str) -> bool:
+    return token.startswith(("<", "{", "$", "...")) or token in ("...", "…")
+
+
+def check_command(tokens: list[str], glob: dict[str, bool], commands: dict[str, Command]) -> list[str]:
+    """Problems with one `aci ...` invocation (tokens after `aci`)."""
+    i = 0
+    while i < len(tokens) and tokens[i].startswith("--"):
+        opt = tokens[i].split("=", 1)[0]
+        if opt not in glob:
+            return [f"aci: unknown global option {opt}"]
+        i += 2 if glob[opt] and "=" not in tokens[i] else 1
+    if i >= len(tokens) or _placeholder(tokens[i]):
+        return []
+    name = tokens[i]
+    cmd = commands.get(name)
+    if cmd is None:
+        return [f"unknown aci command {name!r} (commands: {', '.join(sorted(commands))})"]
+    i += 1
+    label = f"aci {name}"
+    if cmd.subcommands and i < len(tokens) and not tokens[i].startswith("-") and not _placeholder(tokens[i]):
+        sub = cmd.subcommands.get(tokens[i])
+        if sub is None:
+            return [f"{label}: unknown subcommand {tokens[i]!r} (has: {', '.join(sorted(cmd.subcommands))})"]
+        cmd, label, i = sub, f"{label} {tokens[i]}", i + 1
+    problems: list[str] = []
+    action_seen = False
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok in SHELL_BREAKS:
+            break
+        if tok.startswith("--"):
+            opt = tok.split("=", 1)[0]
+            if opt not in cmd.options:
+                problems.append(f"{label}: unknown option {opt}")
+                i += 1
+                continue
+            i += 2 if cmd.options[opt] and "=" not in tok else 1
+            continue
+        if not action_seen and not tok.startswith("-"):
+            action_seen = True  # the first positional: the action, when the command has a choice of them
+            if cmd.choices is not None and not _placeholder(tok) and tok not in cmd.choices:
+                problems.append(f"{label}: unknown action {tok!r} (actions: {', '.join(cmd.choices)})")
+        i += 1
+    return problems
+
+
+_ACI_PROSE = re.compile(r"(?<![\w./`-])aci ([a-z][a-z0-9-]*)")
+
+
+def _invocations(tokens: list[str]) -> list[list[str]]:
+    out = []
+    for k, tok in enumerate(tokens):
+        if tok == "aci" or tok.endswith("/aci"):
+            out.append(tokens[k + 1:])
+        elif tok == "aci.cli" and k > 0 and tokens[k - 1] == "-m":
+            out.append(tokens[k + 1:])
+    return out
+
+
+def check_commands(docs: list[Doc]) -> list[Problem]:
+    glob, commands = vocabulary()
+    all_options = set(glob) | {o for c in commands.values() for o in c.options} | {
+        o for c in commands.values() for s in c.subcommands.values() for o in s.options}
+    problems = []
+    for doc in docs:
+        code, prose = code_regions(doc)
+        for n, snippet in code:
+            tokens = _split(snippet)
+            for inv in _invocations(tokens):
+                problems += [Problem(doc.rel, n, m) for m in check_command(inv, glob, commands)]
+            if tokens and tokens[0].startswith("--") and len(tokens) <= 2 and not _invocations(tokens):
+                opt = tokens[0].split("=", 1)[0]
+                if opt not in all_options and opt not in EVALUATE_PY_OPTIONS:
+                    problems.append(Problem(doc.rel, n, f"option {opt} is not an option of any aci command"))
+        for n, line in prose:
+            for m in _ACI_PROSE.finditer(line):
+                if m.group(1) not in commands:
+                    problems.append(Problem(doc.rel, n, f"prose names unknown aci command {m.group(1)!r}"))
+    return problems
+
+
+# -- front matter and lengths -----------------------------------------------------------------------------
+def front_matter(text: str) -> tuple[dict | None, str]:
+    import yaml
+
+    if not text.startswith("---\n"):
+        return None, "no front matter (the file must start with a --- line)"
+    end = text.find("\n---", 4)
+    if end < 0:
+        return None, "front matter is not closed by a --- line"
+    try:
+        data = yaml.safe_load(text[4:end])
+    except yaml.YAMLError as e:
+        return None, f"front matter is not valid YAML: {e}"
+    if not isinstance(data, dict):
+        return None, "front matter is not a mapping"
+    return data, ""
+
+
+def check_skill_files(root: Path, docs: list[Doc]) -> list[Problem]:
+    problems = []
+    skills = [(root / ENTRY, ENTRY_NAME)] + [
+        (p, p.parent.name) for p in sorted((root / "skills").glob("*/SKILL.md"))]
+    for path, expected in skills:
+        rel = path.relative_to(root).as_posix()
+        if not path.is_file():
+            problems.append(Problem(rel, 1, "missing"))
+            continue
+        data, err = front_matter(path.read_text(encoding="utf-8"))
+        if data is None:
+            problems.append(Problem(rel, 1, err))
+            continue
+        for key in sorted(set(data) - FRONT_MATTER_KEYS):
+            problems.append(Problem(rel, 1, f"front matter key {key!r} is not in the specification"))
+        name, desc = data.get("name"), data.get("description")
+        if not isinstance(name, str) or not (1 <= len(name) <= 64) or not NAME_RE.match(name):
+            problems.append(Problem(rel, 1, f"name {name!r} must be 1-64 characters of a-z, 0-9 and single hyphens"))
+        elif name != expected:
+            problems.append(Problem(rel, 1, f"name {name!r} must equal the skill folder {expected!r}"))
+        if not isinstance(desc, str) or not desc.strip():
+            problems.append(Problem(rel, 1, "description is missing or empty"))
+        else:
+            if len(desc) > 1024:
+                problems.append(Problem(rel, 1, f"description has {len(desc)} characters (max 1024)"))
+            if "<" in desc or ">" in desc:
+                problems.append(Problem(rel, 1, "description must not contain < or >"))
+    for d in docs:
+        limit = MAX_LINES_ENTRY if d.rel == ENTRY else MAX_LINES
+        if len(d.lines) >= limit:
+            problems.append(Problem(d.rel, len(d.lines), f"{len(d.lines)} lines (must stay under {limit})"))
+    return problems
+
+
+# -- links and references ---------------------------------------------------------------------------------
+_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    s = re.sub(r"[`*_~]|\[|\]\([^)]*\)", "", heading.strip().lower())
+    s = re.sub(r"[^\w\- ]", "", s)
+    return s.replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    out, seen = set(), {}
+    fence = False
+    for line in text.splitlines():
+        if re.match(r"^\s*(```|~~~)", line):
+            fence = not fence
+        m = None if fence else re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            base = slug(m.group(1))
+            k = seen.get(base, 0)
+            out.add(base if k == 0 else f"{base}-{k}")
+            seen[base] = k + 1
+    return out
+
+
+def _shipped(root: Path, p: Path) -> bool:
+    try:
+        rel = p.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return rel.parts[0] in SHIPPED if rel.parts else False
+
+
+def check_links(root: Path, docs: list[Doc]) -> list[Problem]:
+    problems = []
+    for doc in docs:
+        _, prose = code_regions(doc)
+        shipped_doc = _shipped(root, doc.path)
+        for n, line in prose:
+            for m in _LINK.finditer(line):
+                target = m.group(1)
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                    continue  # http:, mailto:, skill:// ...
+                file_part, _, anchor = target.partition("#")
+                dest = (doc.path.parent / file_part).resolve() if file_part else doc.path
+                if not dest.exists():
+                    problems.append(Problem(doc.rel, n, f"broken link {target!r}"))
+                    continue
+                if shipped_doc and not _shipped(root, dest):
+                    problems.append(Problem(doc.rel, n, f"link {target!r} leaves the shipped bundle "
+                                                        f"({', '.join(SHIPPED)}); installed copies would break"))
+                if anchor and (dest.suffix != ".md" or anchor not in anchors(dest.read_text(encoding="utf-8"))):
+                    problems.append(Problem(doc.rel, n, f"link {target!r}: no heading #{anchor} in {dest.name}"))
+    return problems
+
+
+def check_references(root: Path, docs: list[Doc]) -> list[Problem]:
+    problems = []
+    for doc in docs:
+        for n, line in enumerate(doc.lines, 1):
+            for m in re.finditer(r"(?<![\w.-])skills/([a-z0-9-]+)", line):
+                if not (root / "skills" / m.group(1) / "SKILL.md").is_file():
+                    problems.append(Problem(doc.rel, n, f"skills/{m.group(1)} does not exist"))
+            for m in re.finditer(r"(?<![\w.-])workflows/([a-z0-9-]+)\.md", line):
+                if not (root / "workflows" / f"{m.group(1)}.md").is_file():
+                    problems.append(Problem(doc.rel, n, f"workflows/{m.group(1)}.md does not exist"))
+    return problems
+
+
+# -- rules and phases -------------------------------------------------------------------------------------
+def _rules_file(root: Path):
+    from aci import rules
+
+    rules.load_file.cache_clear()
+    return rules.load_file(root / "rules" / "rules.yaml")
+
+
+def check_rules(root: Path) -> list[Problem]:
+    from aci import registry
+
+    rel = "rules/integrity.md"
+    path = root / rel
+    if not path.is_file():
+        return [Problem(rel, 1, "missing")]
+    data = _rules_file(root)
+    yaml_ids = [r.id for r in data.rules]
+    sections: dict[str, tuple[int, list[str]]] = {}
+    current = None
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        m = re.match(r"^###\s+(\S+)\s*$", line)
+        if m:
+            current = m.group(1).strip("`")
+            sections[current] = (n, [])
+        elif re.match(r"^#{1,2}\s", line):
+            current = None
+        elif current:
+            sections[current][1].append(line)
+    problems = []
+    for rid in yaml_ids:
+        if rid not in sections:
+            problems.append(Problem(rel, 1, f"rule {rid!r} of rules.yaml has no '### {rid}' section"))
+    for rid, (n, _) in sections.items():
+        if rid not in yaml_ids:
+            problems.append(Problem(rel, n, f"section '### {rid}' names no rule in rules.yaml"))
+    tools = registry.tools()
+    for r in data.rules:
+        for t in r.enforced_by:
+            if t not in tools:
+                problems.append(Problem("rules/rules.yaml", 1, f"rule {r.id}: enforced_by names unknown tool {t!r}"))
+        if r.id in sections:
+            n, body = sections[r.id]
+            named = set(re.findall(r"`aci ([a-z0-9-]+)", "\n".join(body)))
+            for t in r.enforced_by:
+                if t not in named:
+                    problems.append(Problem(rel, n, f"rule {r.id}: section does not say what `aci {t}` does "
+                                                    f"(rules.yaml enforced_by)"))
+    return problems
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def check_phases(root: Path, docs: list[Doc]) -> list[Problem]:
+    rel = "workflows/posttrain.md"
+    path = root / rel
+    if not path.is_file():
+        return [Problem(rel, 1, "missing")]
+    data = _rules_file(root)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    stages = [(n, STAGE_RE.match(line)) for n, line in enumerate(lines, 1)]
+    stages = [(n, m) for n, m in stages if m]
+    problems = []
+    found = [(m.group(2), m.group(3)) for _, m in stages]
+    numbers = [int(m.group(1)) for _, m in stages]
+    if numbers != list(range(len(numbers))):
+        problems.append(Problem(rel, stages[0][0] if stages else 1, f"stages must be numbered 0..N in order, got {numbers}"))
+    table = {}
+    for n, line in enumerate(lines, 1):
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 + len(data.profiles) and cells[0] in {p for p, _ in found}:
+            table[cells[0]] = (n, cells)
+    for pname, prof in data.profiles.items():
+        want = [(p.name, p.gate) for p in prof.phases]
+        if found != want:
+            problems.append(Problem(rel, 1, f"stage headings {found} differ from profile {pname}'s phases {want} "
+                                            "(format: '## Stage N: <phase> (gate: <gate>)')"))
+    header = next((line for line in lines if line.startswith("| phase |")), None)
+    if header is None:
+        problems.append(Problem(rel, 1, "no time-share table (a row starting '| phase |')"))
+        return problems
+    cols = [c.strip() for c in header.strip().strip("|").split("|")]
+    for pname, prof in data.profiles.items():
+        col = next((k for k, c in enumerate(cols) if pname in c), None)
+        if col is None:
+            problems.append(Problem(rel, 1, f"time-share table has no column for profile {pname}"))
+            continue
+        for ph in prof.phases:
+            row = table.get(ph.name)
+            if row is None:
+                problems.append(Problem(rel, 1, f"time-share table has no row for phase {ph.name}"))
+                continue
+            n, cells = row
+            minutes = ph.share * prof.budget_hours * 60
+            expect = f"{_fmt(ph.share * 100)} % ({_fmt(round(minutes, 1))} min)"
+            if col >= len(cells) or cells[col] != expect:
+                got = cells[col] if col < len(cells) else ""
+                problems.append(Problem(rel, n, f"phase {ph.name}, profile {pname}: table says {got!r}, "
+                                                f"rules.yaml gives {expect!r}"))
+    reserves = {_fmt(p.final_reserve_min) for p in data.profiles.values()}
+    mins = {(m.min_eval_samples.absolute, _fmt(m.min_eval_samples.fraction * 100)) for m in data.profiles.values()}
+    for doc in docs:
+        for n, line in enumerate(doc.lines, 1):
+            for m in re.finditer(r"final reserve[^.\n]{0,30}?\b(\d+(?:\.\d+)?) ?min", line, re.I):
+                if m.group(1) not in reserves:
+                    problems.append(Problem(doc.rel, n, f"final reserve of {m.group(1)} min is in no profile "
+                                                        f"({', '.join(sorted(reserves))} min)"))
+            for m in re.finditer(r"max\((\d+), ?(\d+(?:\.\d+)?) ?%", line):
+                if (int(m.group(1)), m.group(2)) not in mins:
+                    problems.append(Problem(doc.rel, n, f"minimum samples max({m.group(1)}, {m.group(2)} %) "
+                                                        "differs from rules.yaml min_eval_samples"))
+    return problems
+
+
+def check(root: Path | None = None) -> list[Problem]:
+    """Every disagreement between the Markdown at `root` (default: the bundle) and the tools and rules."""
+    root = Path(root or bundle.root())
+    docs = documents(root)
+    return (check_skill_files(root, docs) + check_links(root, docs) + check_references(root, docs)
+            + check_commands(docs) + check_rules(root) + check_phases(root, docs))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    problems = check(Path(argv[0]) if argv else None)
+    for p in problems:
+        print(p)
+    print(f"{len(problems)} problem(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
