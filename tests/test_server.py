@@ -75,3 +75,39 @@ def test_cli_errors_exit_2_and_json(workdir):
     assert out["card"]["targets"] == [{"metric": "accuracy", "value": 0.5}]
     r = run("status")
     assert r.returncode == 0 and "m on b" in r.stdout
+
+
+def test_streamable_http_on_loopback(workdir):
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from mcp import Client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "aci.cli", "serve", "--http", "--port", str(port)], cwd=workdir,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+
+        async def go():
+            async with Client(f"http://127.0.0.1:{port}/mcp") as c:
+                names = {t.name for t in (await c.list_tools()).tools}
+                r = await c.call_tool("status", {})
+                return names, r
+
+        names, r = asyncio.run(go())
+        assert {"plan", "status", "log-state"} <= names and not r.is_error
+        assert r.structured_content["state"]["has_run_card"] is False
+    finally:
+        proc.terminate()
+        proc.wait(10)
