@@ -1,0 +1,153 @@
+"""Checkpoint ids, where their files are, where they came from, and what their evaluations say.
+
+Ids: `base` is the run card's base model; a training job registers each checkpoint it saves as
+`{"type": "registered", "checkpoint": "<job>/checkpoint-<step>", "path", "parent", "adapter"}` in
+`checkpoints.jsonl`. A folder inside the allowed roots can be named by path; it is registered on first
+use (its parent given, or read from a LoRA adapter's `base_model_name_or_path` when that is the base
+model). "Derived from the base model" (rule `base-model-only`) means the `parent` chain reaches `base`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aci import records
+from aci.context import Context
+from aci.errors import ACIError
+from aci.evaluation import folder
+from aci.state import iso
+
+BASE = "base"
+
+
+@dataclass
+class Checkpoint:
+    id: str
+    path: str  # a local folder, or (base only) a hub id when no local copy exists
+    parent: str | None
+    adapter: bool
+    new: bool = False  # not yet registered: the caller writes `registration()` with its event
+
+    @property
+    def local(self) -> Path | None:
+        p = Path(self.path)
+        return p if p.is_dir() else None
+
+    def registration(self) -> dict:
+        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=iso(), path=self.path,
+                                        parent=self.parent, adapter=self.adapter)
+        return entry.model_dump(mode="json", include={"type", "checkpoint", "ts", "path", "parent", "adapter"})
+
+
+def registered(ctx: Context) -> dict[str, dict]:
+    """Registered checkpoints by id (a later registration of an id replaces an earlier one)."""
+    return {e["checkpoint"]: e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "registered"}
+
+
+def base(ctx: Context) -> Checkpoint:
+    card = ctx.require_card()
+    local = folder.local_dir(card["base_model"], ctx.workdir)
+    return Checkpoint(BASE, str(local) if local else card["base_model"], None, False)
+
+
+def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
+    """The checkpoint named by an id or a folder path; a new path is registered with `parent`."""
+    if ref == BASE:
+        return base(ctx)
+    known = registered(ctx)
+    if ref in known:
+        return _from_entry(ctx, known[ref])
+    path = ctx.path(ref, must_exist=True, what="checkpoint")
+    if path == base(ctx).local:
+        return base(ctx)
+    for e in known.values():
+        if e.get("path") and (ctx.workdir / e["path"]).resolve() == path:
+            return _from_entry(ctx, e)
+    if not path.is_dir() or not (folder.is_adapter(path) or (path / folder.CONFIG).is_file()):
+        raise ACIError(f"{ref!r} is neither a checkpoint id ({', '.join([BASE, *known][:8])}) nor a model folder "
+                       f"(a folder with config.json or adapter_config.json)")
+    if parent is None and folder.is_adapter(path):
+        declared = (folder.read_json(path / "adapter_config.json") or {}).get("base_model_name_or_path")
+        card_base = ctx.require_card()["base_model"]
+        if declared and (declared == card_base or folder.local_dir(declared, ctx.workdir) == base(ctx).local):
+            parent = BASE
+    if parent is not None and parent != BASE and parent not in known:
+        raise ACIError(f"parent {parent!r} is not a known checkpoint id (known: {', '.join([BASE, *known][:8])})")
+    try:
+        cid = str(path.relative_to(ctx.workdir))
+    except ValueError:
+        cid = str(path)
+    return Checkpoint(cid, str(path), parent, folder.is_adapter(path), new=True)
+
+
+def _from_entry(ctx: Context, e: dict) -> Checkpoint:
+    path = str((ctx.workdir / e["path"]).resolve()) if e.get("path") else ""
+    if not path:
+        raise ACIError(f"checkpoint {e['checkpoint']!r} is registered without a path")
+    return Checkpoint(e["checkpoint"], path, e.get("parent"), bool(e.get("adapter")))
+
+
+def ancestry(ctx: Context, ck: Checkpoint) -> list[str]:
+    """The ids from `ck` up its parent chain (ending at `base` when derived from the base model)."""
+    known = registered(ctx)
+    chain, cur = [ck.id], ck.parent
+    while cur is not None and cur not in chain:
+        chain.append(cur)
+        if cur == BASE:
+            break
+        cur = known.get(cur, {}).get("parent")
+    return chain
+
+
+def derived_from_base(ctx: Context, ck: Checkpoint) -> bool:
+    return ck.id == BASE or ancestry(ctx, ck)[-1] == BASE
+
+
+def merge_target(ctx: Context, ck: Checkpoint) -> Path | None:
+    """The full model a LoRA checkpoint was trained on: its nearest non-adapter ancestor."""
+    known = registered(ctx)
+    for cid in ancestry(ctx, ck)[1:]:
+        if cid == BASE:
+            return base(ctx).local
+        e = known.get(cid)
+        if e and not e.get("adapter") and e.get("path") and (ctx.workdir / e["path"]).is_dir():
+            return (ctx.workdir / e["path"]).resolve()
+    declared = (folder.read_json(Path(ck.path) / "adapter_config.json") or {}).get("base_model_name_or_path")
+    return folder.local_dir(declared, ctx.workdir) if declared else None
+
+
+def evaluations(ctx: Context, checkpoint: str | None = None) -> list[dict]:
+    """Successful evaluations, oldest first (of one checkpoint when given)."""
+    return [e for e in ctx.state.lines(records.CHECKPOINTS)
+            if e.get("type") == "evaluated" and not e.get("error") and e.get("score") is not None
+            and (checkpoint is None or e.get("checkpoint") == checkpoint)]
+
+
+def key(entry: dict) -> tuple[str, int | None]:
+    """What makes two evaluations comparable: the same evaluator and the same limit."""
+    return entry.get("evaluator") or "", entry.get("limit")
+
+
+def comparable_pair(ctx: Context, a: str, b: str, prefer: dict | None = None) -> tuple[dict, dict] | None:
+    """The latest evaluations of `a` and `b` with the same evaluator and limit.
+
+    `prefer` (an evaluation of `a`) is used when `b` has an evaluation comparable with it; otherwise
+    `a`'s newest evaluation that `b` can be compared with.
+    """
+    ea, eb = evaluations(ctx, a), evaluations(ctx, b)
+    latest_b: dict[tuple, dict] = {}
+    for e in eb:
+        latest_b[key(e)] = e
+    order = ([prefer] if prefer else []) + list(reversed(ea))
+    for e in order:
+        if key(e) in latest_b:
+            return e, latest_b[key(e)]
+    return None
+
+
+def min_samples(ctx: Context) -> int:
+    """The rules' minimum sample count for a comparison, capped at the benchmark's size when known."""
+    size = (ctx.card or {}).get("benchmark_size")
+    n = ctx.rules.min_samples(size)
+    return min(n, size) if size else n

@@ -1,0 +1,181 @@
+"""The user's eval command as an evaluator: PostTrainBench's `evaluate.py` works as it is.
+
+The command is a template with `{model_path}`, `{limit}`, `{output}` and optionally `{seed}`, e.g.
+`python evaluate.py --model-path {model_path} --limit {limit} --json-output-file {output}`. It is split
+like a shell would (`shlex`) but run without one, placeholders filled per argument (a path with spaces
+stays one argument). Without a limit, the `--limit {limit}` pair is dropped so the evaluator uses all
+samples. The process runs in its own session; on timeout the whole group is killed (vLLM servers too).
+
+The metrics JSON is read from `{output}` (or, without that placeholder, from the last JSON object the
+command prints). The score is the configured key (dotted for nesting), else the first of `accuracy`,
+`score`, `acc`, `exact_match`, `pass@1`, `mean`, else the only numeric value. The sample count comes
+from the JSON (`n_examples`, `samples`, ...) when present, else from the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from aci.errors import ACIError
+from aci.evaluation.stats import Trial
+from aci.jobs import tail
+
+PLACEHOLDERS = ("{model_path}", "{limit}", "{output}", "{seed}")
+SCORE_KEYS = ("accuracy", "score", "acc", "exact_match", "pass@1", "mean")
+COUNT_KEYS = ("n_examples", "n_samples", "num_samples", "samples", "sample_count", "total", "n")
+_NOT_SCORES = ("stderr", "std", "count", "total", "n_", "num_", "samples", "time", "seconds")
+
+
+def argv(template: str, *, model_path: str, limit: int | None, output: Path, seed: int) -> list[str]:
+    """The command's argument list for one run."""
+    try:
+        parts = shlex.split(template)
+    except ValueError as e:
+        raise ACIError(f"eval command cannot be split into arguments ({e}): {template!r}") from None
+    if not parts:
+        raise ACIError("eval command is empty")
+    if "{model_path}" not in template:
+        raise ACIError(f"eval command has no {{model_path}} placeholder: {template!r}")
+    values = {"{model_path}": model_path, "{output}": str(output), "{seed}": str(seed)}
+    out: list[str] = []
+    for part in parts:
+        if "{limit}" in part and limit is None:
+            if part == "{limit}" and out and out[-1].startswith("-"):
+                out.pop()  # `--limit {limit}`: drop the option so the evaluator runs every sample
+            continue
+        if "{limit}" in part:
+            part = part.replace("{limit}", str(limit))
+        for k, v in values.items():
+            part = part.replace(k, v)
+        out.append(part)
+    return out
+
+
+def _numeric(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def pick_score(metrics: dict, key: str | None, source: str) -> tuple[str, float]:
+    """The metric `key` (dotted path into nested objects), or the first usual score key."""
+    if key:
+        cur = metrics
+        for part in key.split("."):
+            if not isinstance(cur, dict) or part not in cur:
+                raise ACIError(f"metric key {key!r} is not in {source} (top-level keys: "
+                               f"{', '.join(sorted(metrics)[:12]) or 'none'}); set the right one with --metric-key")
+            cur = cur[part]
+        if not _numeric(cur):
+            raise ACIError(f"metric {key!r} in {source} is {json.dumps(cur)[:80]}, not a number")
+        return key, float(cur)
+    for k in SCORE_KEYS:
+        if _numeric(metrics.get(k)):
+            return k, float(metrics[k])
+    nums = [k for k, v in metrics.items() if _numeric(v) and not any(s in k.lower() for s in _NOT_SCORES)]
+    if len(nums) == 1:
+        return nums[0], float(metrics[nums[0]])
+    raise ACIError(f"cannot tell which value in {source} is the score (numeric keys: {', '.join(nums) or 'none'}); "
+                   f"name it with --metric-key (or the run card's metric_key)")
+
+
+def sample_count(metrics: dict) -> int | None:
+    for k in COUNT_KEYS:
+        v = metrics.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def _last_json(text: str) -> dict | None:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                return obj
+    return None
+
+
+class CommandEvaluator:
+    """Runs the eval command once per trial and reads its metrics JSON."""
+
+    kind = "command"
+
+    def __init__(self, template: str, *, metric_key: str | None, limit: int | None, timeout_s: float,
+                 cwd: Path, out_dir: Path, label: str):
+        self.template = template
+        self.metric_key = metric_key
+        self.limit = limit
+        self.timeout_s = timeout_s
+        self.cwd = cwd
+        self.out_dir = out_dir
+        self.id = label  # evaluator id recorded with the result; set by the caller (see runner.evaluator_id)
+
+    @property
+    def seeded(self) -> bool:
+        return "{seed}" in self.template
+
+    def run(self, model_path: str, seed: int) -> Trial:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        output = self.out_dir / f"seed-{seed}.metrics.json"
+        log_path = self.out_dir / f"seed-{seed}.log"
+        output.unlink(missing_ok=True)
+        cmd = argv(self.template, model_path=model_path, limit=self.limit, output=output, seed=seed)
+        started = time.monotonic()
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.Popen(cmd, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as e:
+                raise ACIError(f"eval command could not start ({e.strerror}): {shlex.join(cmd)}") from None
+            try:
+                rc = proc.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise ACIError(f"eval command timed out after {self.timeout_s:.0f} s (raise --timeout-s or lower "
+                               f"--limit): {shlex.join(cmd)}; log {log_path}") from None
+        text = tail(log_path, 15)
+        if rc != 0:
+            raise ACIError(f"eval command exited with code {rc}: {shlex.join(cmd)}; last output:\n{text}")
+        if "{output}" in self.template:
+            if not output.is_file() or not output.stat().st_size:
+                raise ACIError(f"eval command succeeded but wrote no metrics JSON to {output}: {shlex.join(cmd)}; "
+                               f"last output:\n{text}")
+            try:
+                metrics = json.loads(output.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ACIError(f"the metrics file {output} is not valid JSON ({e})") from None
+            source = str(output)
+        else:
+            metrics = _last_json(log_path.read_text(errors="replace"))
+            if metrics is None:
+                raise ACIError(f"eval command printed no JSON object and has no {{output}} placeholder: "
+                               f"{shlex.join(cmd)}; add `--json-output-file {{output}}` to the command")
+            source = f"the output of {cmd[0]}"
+        if not isinstance(metrics, dict):
+            raise ACIError(f"the metrics in {source} are {type(metrics).__name__}, not a JSON object")
+        name, score = pick_score(metrics, self.metric_key, source)
+        return Trial(seed=seed, score=score, samples=sample_count(metrics) or self.limit,
+                     details={"metric": name, "metrics_file": output.name if output.is_file() else None,
+                              "command": shlex.join(cmd), "seconds": round(time.monotonic() - started, 2)})
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue

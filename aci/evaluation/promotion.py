@@ -1,0 +1,169 @@
+"""Promotion: the keep-best decision, then the atomic replacement of `final_model/` and `best.json`.
+
+A checkpoint becomes `final_model` only when
+* it is derived from the base model (its parent chain reaches `base`; rule `base-model-only`), and
+* it beats the current best (or, before any promotion, the base model) on a comparable evaluation:
+  same evaluator and limit, enough samples, and a decided comparison (`stats.compare`; rule `keep-best`).
+The one exception is the floor: before anything was promoted, the base model itself may be promoted,
+so that a loadable `final_model` exists from the start.
+
+The folder is built and swapped by `swap.install` under the promotion lock; `best.json` and a
+`promote` journal event are written after the swap. The folder's marker holds the same `Best` record,
+so a crash between the swap and the state write is repaired by `sync()` (run before every promotion and
+by `finalize`): state follows the folder, never the other way round.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from pydantic import BaseModel, Field
+
+from aci import records
+from aci.context import Context
+from aci.errors import ACIError
+from aci.evaluation import checkpoints, folder, runner, stats, swap
+from aci.evaluation.checkpoints import BASE, Checkpoint
+from aci.state import iso
+
+_ARCH_KEYS = ("model_type", "hidden_size", "num_hidden_layers")
+
+
+class Promotion(BaseModel):
+    checkpoint: str
+    promoted: bool
+    path: str
+    reference: str | None = Field(None, description="the checkpoint it had to beat")
+    comparison: stats.Comparison | None = None
+    best: dict | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+def sync(ctx: Context) -> list[str]:
+    """Repair an interrupted swap and make `best.json` match the folder now in `final_model/`.
+
+    Call with the promotion lock held.
+    """
+    notes = swap.recover(ctx.workdir)
+    m = swap.marker(swap.final_dir(ctx.workdir))
+    ctx.forget()
+    best = ctx.best
+    if m and m.get("best") and (not best or best.get("promotion_id") != m.get("promotion_id")):
+        with ctx.state.event("promote", f"best.json repaired to match final_model ({m['checkpoint']})",
+                             tool="eval-checkpoint", data={"promotion_id": m.get("promotion_id")}) as w:
+            w.write_json(records.BEST, m["best"])
+        notes.append(f"best.json now names {m['checkpoint']}, the model in {swap.FINAL} (a promotion was interrupted)")
+        ctx.forget()
+    return notes
+
+
+def _refuse(ctx: Context, rule: str, detail: str) -> ACIError:
+    return ctx.rules.refuse(rule, detail)
+
+
+def _check_architecture(ctx: Context, ck: Checkpoint) -> None:
+    base = checkpoints.base(ctx).local
+    if ck.adapter or ck.local is None or base is None or ck.id == BASE:
+        return
+    mine, theirs = folder.read_json(ck.local / folder.CONFIG) or {}, folder.read_json(base / folder.CONFIG) or {}
+    diff = [k for k in _ARCH_KEYS if k in mine and k in theirs and mine[k] != theirs[k]]
+    if diff:
+        raise _refuse(ctx, "base-model-only", f"{ck.id} does not have the base model's architecture "
+                      f"({', '.join(f'{k} {mine[k]} vs {theirs[k]}' for k in diff)})")
+
+
+def _no_pair_message(ctx: Context, ck: str, ref: str) -> str:
+    def keys(cid):
+        found = {checkpoints.key(e) for e in checkpoints.evaluations(ctx, cid)}
+        return ", ".join(f"{ev} limit {lim}" for ev, lim in sorted(found, key=str)) or "none"
+
+    return (f"{ck} and {ref} have no evaluation with the same evaluator and limit ({ck}: {keys(ck)}; "
+            f"{ref}: {keys(ref)}); evaluate both the same way, e.g. aci eval-checkpoint evaluate "
+            f"--checkpoint {ref} with the evaluator and --limit used for {ck}")
+
+
+def comparison(ctx: Context, a: str, b: str, prefer: dict | None = None) -> tuple[dict, stats.Comparison] | None:
+    """`a`'s evaluation and its comparison with `b`'s latest comparable one; None when there is none."""
+    pair = checkpoints.comparable_pair(ctx, a, b, prefer)
+    if pair is None:
+        return None
+    ea, eb = pair
+    return ea, stats.compare(a, ea, runner.per_sample(ctx, ea), b, eb, runner.per_sample(ctx, eb),
+                             checkpoints.min_samples(ctx))
+
+
+def no_pair_error(ctx: Context, a: str, b: str, rule: str | None = None) -> ACIError:
+    msg = _no_pair_message(ctx, a, b)
+    return _refuse(ctx, rule, msg) if rule else ACIError(msg)
+
+
+def decide(ctx: Context, ck: Checkpoint, reference: str, prefer: dict | None = None) -> tuple[dict, stats.Comparison]:
+    """The evaluation that justifies promoting `ck` over `reference`, or a refusal naming the rule."""
+    found = comparison(ctx, ck.id, reference, prefer)
+    if found is None:
+        raise no_pair_error(ctx, ck.id, reference, "keep-best")
+    a, cmp = found
+    if not cmp.decided and cmp.method == "none" and "min-eval-samples" in cmp.reason:
+        raise _refuse(ctx, "min-eval-samples", cmp.reason)
+    if not cmp.beats:
+        raise _refuse(ctx, "keep-best", f"{ck.id} ({cmp.a_score:.4g}) does not beat {reference} ({cmp.b_score:.4g}) "
+                      f"on {cmp.evaluator} limit {cmp.limit}: {cmp.reason}")
+    return a, cmp
+
+
+def install(ctx: Context, ck: Checkpoint, evaluation: dict, comparison: stats.Comparison | None,
+            reference: str | None) -> Promotion:
+    """Build `ck` into `final_model/` atomically and record it (no decision: call with the lock held)."""
+    tag = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', ck.id)[:40]}-{uuid.uuid4().hex[:6]}"
+    final = swap.final_dir(ctx.workdir)
+    best = records.Best(
+        checkpoint=ck.id, path=str(final), source=ck.path, score=evaluation["score"], range=evaluation.get("range"),
+        evaluator=evaluation["evaluator"], limit=evaluation.get("limit"), samples=evaluation.get("samples"),
+        promoted_at=iso(),
+    ).model_dump(mode="json") | {"promotion_id": tag, "eval_id": evaluation.get("eval_id")}
+    if comparison is not None:
+        best["beat"] = {"checkpoint": reference, "score": comparison.b_score, "method": comparison.method,
+                        "delta": comparison.delta, "p_value": comparison.p_value}
+    marker, notes = swap.install(ctx.workdir, tag, lambda out: runner.prepare(ctx, ck, out, link=False),
+                                 {"promotion_id": tag, "checkpoint": ck.id, "source": ck.path, "best": best})
+    how = f" over {reference} ({comparison.reason})" if comparison is not None else " as the first final_model"
+    with ctx.state.event("promote", f"promoted {ck.id} ({best['score']:.4g}) to {swap.FINAL}{how}",
+                         tool="eval-checkpoint", data={"checkpoint": ck.id, "promotion_id": tag,
+                                                       "eot": marker.get("eot")}) as w:
+        if ck.new:
+            w.append(records.CHECKPOINTS, ck.registration())
+            ck.new = False
+        w.write_json(records.BEST, best)
+    ctx.forget()
+    notes.append(f"end-of-turn token {marker.get('eot')} (id {marker.get('eot_id')}) is in generation_config.json eos_token_id")
+    return Promotion(checkpoint=ck.id, promoted=True, path=str(final), reference=reference, comparison=comparison,
+                     best=best, notes=notes)
+
+
+def promote(ctx: Context, ref: str, *, parent: str | None = None, prefer: dict | None = None) -> Promotion:
+    """Promote checkpoint `ref` if the rules allow it (see the module docstring); refuse otherwise."""
+    with swap.locked(ctx.state.root):
+        notes = sync(ctx)
+        ck = checkpoints.resolve(ctx, ref, parent)
+        best = ctx.best
+        final = swap.final_dir(ctx.workdir)
+        in_place = bool(best) and (swap.marker(final) or {}).get("promotion_id") == best.get("promotion_id")
+        if best and ck.id == best["checkpoint"] and in_place:
+            raise ACIError(f"{ck.id} is already final_model (promoted {best['promoted_at']})")
+        if not checkpoints.derived_from_base(ctx, ck):
+            chain = " -> ".join(checkpoints.ancestry(ctx, ck))
+            raise _refuse(ctx, "base-model-only", f"{ck.id} is not derived from the base model (parent chain: {chain}; "
+                          f"register a path with --parent <the checkpoint it was trained from>)")
+        _check_architecture(ctx, ck)
+        reference = best["checkpoint"] if best else BASE
+        if ck.id == reference:  # the floor (base before any promotion) or re-installing a lost best
+            mine = checkpoints.evaluations(ctx, ck.id)
+            if not mine:
+                raise ACIError(f"evaluate {ck.id} before promoting it: aci eval-checkpoint evaluate --checkpoint {ck.id}")
+            result = install(ctx, ck, prefer or mine[-1], None, None)
+        else:
+            evaluation, cmp = decide(ctx, ck, reference, prefer)
+            result = install(ctx, ck, evaluation, cmp, reference)
+        result.notes = notes + result.notes
+        return result

@@ -1,0 +1,152 @@
+"""`eval-checkpoint`: evaluate checkpoints, compare them with a stated test, promote the better one."""
+
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+from pydantic import Field
+
+from aci import jobs, records
+from aci.context import Context
+from aci.errors import ACIError
+from aci.evaluation import checkpoints, promotion, runner
+from aci.evaluation.promotion import Promotion
+from aci.evaluation.stats import Comparison
+from aci.registry import ToolInput, ToolOutput, tool
+
+JOB_KIND = "eval"
+
+
+class EvalCheckpointInput(ToolInput, runner.EvalSpec):
+    action: Literal["evaluate", "compare", "promote", "list"] = Field(
+        "evaluate", description="evaluate a checkpoint, compare two, promote one to final_model, or list results")
+    checkpoint: str | None = Field(None, description="checkpoint id (base, <job>/checkpoint-<step>) or a model folder path")
+    against: str | None = Field(None, description="compare: the other checkpoint (default: the current best, else base)")
+    parent: str | None = Field(None, description="for a folder path not yet registered: the checkpoint it was trained from")
+    background: bool = Field(False, description="evaluate: run as a job and return at once (for anything over a few minutes)")
+    promote: bool = Field(False, description="evaluate: promote the checkpoint afterwards if it beats the current best")
+    last: int = Field(20, ge=1, le=500, description="list: how many recent evaluations")
+
+
+class EvalCheckpointOutput(ToolOutput):
+    action: str
+    result: dict | None = Field(None, description="the evaluation recorded in checkpoints.jsonl")
+    comparison: Comparison | None = None
+    promotion: Promotion | None = None
+    job: jobs.JobView | None = None
+    evaluations: list[dict] = Field(default_factory=list)
+    running: list[jobs.JobView] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = []
+        r = self.result
+        if r:
+            rng = f" range {r['range'][0]:.4g}..{r['range'][1]:.4g}" if len(r.get("scores", [])) > 1 else ""
+            lines.append(f"{r['checkpoint']}: {r['score']:.4g}{rng} on {r.get('samples')} samples, "
+                         f"{len(r['seeds'])} trial(s), {r['evaluator']} limit {r.get('limit')} ({r['duration_s']:.0f} s)")
+        if self.comparison:
+            c = self.comparison
+            verdict = "beats" if c.beats else "does not beat" if c.decided else "cannot be compared with"
+            lines.append(f"{c.a} {verdict} {c.b}: {c.a_score:.4g} vs {c.b_score:.4g} (delta {c.delta:+.4g}, "
+                         f"{c.method}): {c.reason}")
+        if self.promotion:
+            p = self.promotion
+            lines.append(f"promoted {p.checkpoint} to {p.path}" if p.promoted else f"not promoted: {p.notes[-1] if p.notes else ''}")
+            lines += [f"  {n}" for n in p.notes if p.promoted]
+        if self.job:
+            lines.append(f"job {self.job.id} {self.job.status}: aci status (or eval-checkpoint list) shows its result")
+        for e in self.evaluations:
+            score = f"{e['score']:.4g}" if e.get("score") is not None else "FAILED"
+            lines.append(f"  {e['ts']}  {e['checkpoint']:<32} {score:>8}  n={e.get('samples')}  "
+                         f"{e.get('evaluator')} limit {e.get('limit')}" + (f"  {e['error'][:80]}" if e.get("error") else ""))
+        lines += [f"  running job {j.id}: {j.progress}" for j in self.running]
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _spec(inp: EvalCheckpointInput) -> runner.EvalSpec:
+    return runner.EvalSpec.model_validate(inp.model_dump(include=set(runner.EvalSpec.model_fields)))
+
+
+def _reference(ctx: Context) -> str:
+    best = ctx.best
+    return best["checkpoint"] if best else checkpoints.BASE
+
+
+def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
+    ck = checkpoints.resolve(ctx, inp.checkpoint, inp.parent)
+    spec = _spec(inp)
+    if inp.background:
+        if ck.new:
+            with ctx.state.event("eval", f"registered {ck.id} (parent {ck.parent})", tool="eval-checkpoint") as w:
+                w.append(records.CHECKPOINTS, ck.registration())
+        config = {"checkpoint": ck.id, "spec": spec.model_dump(mode="json"), "promote": inp.promote,
+                  "workdir": str(ctx.workdir)}
+        view = jobs.start(ctx.state, JOB_KIND, [sys.executable, "-m", "aci.evaluation.job"], config, cwd=ctx.workdir,
+                          message=f"evaluate {ck.id} with {spec.evaluator}" + (" then promote" if inp.promote else ""))
+        return EvalCheckpointOutput(action="evaluate", job=view)
+    entry = runner.evaluate(ctx, ck, spec)
+    out = EvalCheckpointOutput(action="evaluate", result=entry, warnings=list(entry.get("warnings", [])))
+    ref = _reference(ctx)
+    if ck.id != ref:
+        found = promotion.comparison(ctx, ck.id, ref, prefer=entry)
+        if found and checkpoints.key(found[0]) == checkpoints.key(entry):
+            out.comparison = found[1]
+        else:
+            out.warnings.append(f"{ref} has no evaluation comparable with this one (same evaluator and limit): "
+                                f"evaluate it the same way before comparing or promoting")
+    if inp.promote:
+        try:
+            out.promotion = promotion.promote(ctx, ck.id, prefer=entry)
+        except ACIError as e:
+            out.promotion = Promotion(checkpoint=ck.id, promoted=False, path=str(ctx.workdir / "final_model"),
+                                      reference=ref, notes=[str(e)])
+    return out
+
+
+@tool("eval-checkpoint", title="Evaluate, compare and promote checkpoints", destructive=True)
+def eval_checkpoint(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
+    """Evaluate a checkpoint, compare two, or promote one to final_model.
+
+    evaluate: run --trials k (seeds 0..k-1) of one evaluator on --checkpoint (`base`, a registered id
+    like <job>/checkpoint-<step>, or a model folder path with --parent): `command` = the run card's eval
+    command (PostTrainBench `python evaluate.py --model-path {model_path} --limit {limit}
+    --json-output-file {output}`; score from --metric-key, else accuracy/score/...), `lm-eval` = --task
+    (built-in or in --task-dir), `dev` = --dev-set task records scored by their graders. Every result
+    (or failure) is recorded in checkpoints.jsonl with evaluator, limit, samples, seeds, scores, mean,
+    min-max range and duration, and compared with the current best (else base). A result under the
+    rules' minimum sample count is flagged (rule min-eval-samples). Checkpoints other than base are
+    evaluated as they would be shipped (LoRA merged, run card template, end-of-turn token).
+    --background runs it as a job; --promote promotes afterwards when it wins.
+    compare: does --checkpoint beat --against (default: best, else base) on their latest evaluations
+    with the same evaluator and limit? Non-overlapping trial ranges, a paired bootstrap over per-sample
+    scores, or a two-proportion z-test (one-sided 5 %); says by how much.
+    promote: make the checkpoint final_model only if it derives from the base model and beats the
+    current best (before any promotion: base) on a comparable evaluation; LoRA merged, tokenizer,
+    template, processor files and generation_config end-of-turn written, folder swapped atomically,
+    best.json updated. Base itself may be promoted first as a floor.
+    list: recent evaluations (or those of --checkpoint) and running evaluation jobs."""
+    if inp.action == "list":
+        ctx.require_card()
+        found = [e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "evaluated"
+                 and (inp.checkpoint is None or e.get("checkpoint") == inp.checkpoint)]
+        return EvalCheckpointOutput(action="list", evaluations=found[-inp.last:],
+                                    running=[j for j in jobs.active(ctx.state) if j.kind == JOB_KIND])
+    if not inp.checkpoint:
+        raise ACIError(f"eval-checkpoint {inp.action} needs --checkpoint (base, a registered id, or a model folder)")
+    ctx.require_card()
+    if inp.action == "evaluate":
+        return _evaluate(inp, ctx)
+    if inp.action == "compare":
+        a = checkpoints.resolve(ctx, inp.checkpoint).id
+        b = checkpoints.resolve(ctx, inp.against).id if inp.against else _reference(ctx)
+        if a == b:
+            raise ACIError(f"compare needs two different checkpoints (both are {a}); pass --against")
+        found = promotion.comparison(ctx, a, b)
+        if found is None:
+            raise promotion.no_pair_error(ctx, a, b)
+        return EvalCheckpointOutput(action="compare", comparison=found[1])
+    result = promotion.promote(ctx, inp.checkpoint, parent=inp.parent)
+    return EvalCheckpointOutput(action="promote", promotion=result, comparison=result.comparison)
