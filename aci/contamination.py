@@ -114,6 +114,7 @@ def encoding():
 # -- inputs ------------------------------------------------------------------------------------------
 @dataclass
 class Row:
+    index: int  # 0-based position in the file (two rows of a compact JSON array can share a line)
     line: int
     id: str | None
     text: str
@@ -124,21 +125,30 @@ def row_text(row: dict) -> str:
     from aci.tasks import record_texts
 
     parts = record_texts(row)
-    extra = [m["content"] for m in row.get("messages") or () if isinstance(m, dict)
+    msgs = row.get("messages") if isinstance(row.get("messages"), list) else ()
+    extra = [m["content"] for m in msgs if isinstance(m, dict)
              and m.get("role") in ("system", "tool") and isinstance(m.get("content"), str)]
     return "\n".join([*extra, parts["question"], parts["answer"], parts["passage"]]).strip()
 
 
-def training_rows(path: Path) -> Iterator[Row]:
+def training_rows(path: Path, sources: set[str] | None = None) -> Iterator[Row]:
+    """The rows of a training file as text; declared dataset names (`source`/`dataset`, also under
+    `meta`) are collected into `sources` on the way, so the banned-dataset check needs no second pass."""
     from aci.tasks import read_rows
 
-    for n, row in read_rows(path):
+    for k, (n, row) in enumerate(read_rows(path)):
         text = row_text(row)
         if not text:
             raise ACIError(f"{where(path, n)}: no text in this row; expected chat `messages`, `prompt`/"
                            f"`completion`, `question`/`answer` or a task record")
+        if sources is not None:
+            meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
+            for holder in (row, meta):
+                for key in ("source", "dataset"):
+                    if isinstance(holder.get(key), str):
+                        sources.add(holder[key])
         rid = row.get("id")
-        yield Row(n, str(rid) if isinstance(rid, (str, int)) else None, text)
+        yield Row(k, n, str(rid) if isinstance(rid, (str, int)) else None, text)
 
 
 @dataclass
@@ -166,20 +176,6 @@ def reference_items(path: Path) -> Iterator[RefText]:
             rid = f"{rid}@{n}"
         seen[rid] = n
         yield RefText(rid, n, t["question"], t["answer"], t["passage"])
-
-
-def source_names(path: Path) -> set[str]:
-    """Declared dataset names in a training file (`source`, `dataset`, `meta.source`, `meta.dataset`)."""
-    from aci.tasks import read_rows
-
-    found: set[str] = set()
-    for _, row in read_rows(path):
-        meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
-        for holder in (row, meta):
-            for key in ("source", "dataset"):
-                if isinstance(holder.get(key), str):
-                    found.add(holder[key])
-    return found
 
 
 # -- results -----------------------------------------------------------------------------------------
@@ -226,77 +222,70 @@ def _idf(sets: Iterable[set], total: int) -> dict[tuple, float]:
     return {g: math.log(1 + total / d) for g, d in df.items()}
 
 
-class _Component:
-    """One component (question, answer-as-text, passage) of the indexed items: per-item n-gram sets,
-    IDF weights, and for seeded components the posting lists."""
+def _grams(toks: list[int], n: int) -> list[tuple[int, ...]]:
+    """The n-gram starting at each position (C-speed zip)."""
+    return list(zip(*(toks[k:] for k in range(n)), strict=False)) if len(toks) >= n else []
 
-    def __init__(self, n: int, max_misses: int, sets: dict[int, set], total: int, postings: bool):
+
+class _Component:
+    """One component (question, answer-as-text, passage) of the indexed items: per-item n-gram sets and
+    IDF weights; for a component that is searched in whole rows, a probe index n-gram -> items.
+
+    The probe holds only each item's rarest n-grams, as many as it takes for their IDF mass to exceed
+    the share the item may miss and still pass: a row without any of them cannot reach the item's
+    needed share, so it is never looked at for that item (exact pruning, no contamination is lost; rows
+    that merely share common phrases with many items cost one dict lookup per n-gram).
+    """
+
+    def __init__(self, n: int, max_misses: int, sets: dict[int, set], total: int,
+                 need: dict[int, float] | None = None):
         self.n, self.max_misses, self.sets = n, max_misses, sets
         self.idf = _idf(sets.values(), total)
         self.norm = {i: sum(self.idf[g] for g in s) for i, s in sets.items()}
         self.post: dict[tuple, list[int]] = {}
-        if postings:
-            for i, s in sets.items():
-                for g in s:
-                    self.post.setdefault(g, []).append(i)
+        for i, s in sets.items() if need is not None else ():
+            may_miss = self.norm[i] * (1 - need[i])
+            acc = 0.0
+            for g in sorted(s, key=lambda g: (-self.idf[g], g)):
+                self.post.setdefault(g, []).append(i)
+                acc += self.idf[g]
+                if acc > may_miss * (1 + 1e-9):
+                    break
 
     def share(self, item: int, matched: set) -> float:
         norm = self.norm.get(item)
         return sum(self.idf[g] for g in matched) / norm if norm else 0.0
 
-    def expand(self, toks: list[int], seed: int, items: Iterable[int], found: dict[int, set],
-               span: dict[int, list[int]]) -> None:
-        """Grow clusters from a seed hit, right then left, each item until it misses too often."""
-        n, sets, max_m = self.n, self.sets, self.max_misses
-        last = len(toks) - n
-        for step, stop in ((1, last + 1), (-1, -1)):
-            active = {i: 0 for i in items}
-            pos = seed + step
-            while active and pos != stop:
-                g = tuple(toks[pos:pos + n])
-                for i in list(active):
-                    if g in sets[i]:
-                        found[i].add(g)
-                        active[i] = 0
-                        sp = span[i]
-                        if pos < sp[0]:
-                            sp[0] = pos
-                        elif pos > sp[1]:
-                            sp[1] = pos
-                    elif active[i] >= max_m:
-                        del active[i]
-                    else:
-                        active[i] += 1
-                pos += step
+    def candidates(self, distinct: set) -> set[int]:
+        post = self.post
+        return {i for g in distinct if g in post for i in post[g]}
 
-    def clusters(self, toks: list[int], only: Iterable[int] | None = None) -> tuple[dict[int, set], dict[int, list[int]]]:
-        """Matched n-grams and span per item over one row, from seeds every SEED_EVERY tokens."""
-        n = self.n
-        found: dict[int, set] = {}
-        span: dict[int, list[int]] = {}
-        wanted = None if only is None else set(only)
-        for seed in range(0, len(toks) - n + 1, SEED_EVERY):
-            g = tuple(toks[seed:seed + n])
-            if wanted is None:
-                hits = self.post.get(g)
-                if not hits:
-                    continue
-            else:
-                hits = [i for i in wanted if g in self.sets[i]]
-            new = []
-            for i in hits:
-                sp = span.get(i)
-                if sp is None:
-                    found[i] = {g}
-                    span[i] = [seed, seed]
-                    new.append(i)
-                elif not sp[0] <= seed <= sp[1]:
-                    found[i].add(g)
-                    sp[0], sp[1] = min(sp[0], seed), max(sp[1], seed)
-                    new.append(i)
-            if new:
-                self.expand(toks, seed, new, found, span)
-        return found, span
+    def clusters(self, grams: list[tuple], items: Iterable[int]) -> dict[int, tuple[set, int, int]]:
+        """Per item: n-grams matched by clusters grown from seeds, and the clusters' first and last position.
+
+        A seed is a position that is a multiple of SEED_EVERY whose n-gram the item has; its cluster
+        extends left and right over matching positions while no more than `max_misses` positions in a
+        row miss, i.e. consecutive matches are at most max_misses + 1 apart.
+        """
+        limit = self.max_misses + 1
+        out = {}
+        for i in items:
+            s = self.sets[i]
+            pos = [p for p, g in enumerate(grams) if g in s]
+            matched: set = set()
+            lo = hi = -1
+            start = 0
+            for k in range(1, len(pos) + 1):
+                if k == len(pos) or pos[k] - pos[k - 1] > limit:
+                    run = pos[start:k]
+                    if any(p % SEED_EVERY == 0 for p in run):
+                        matched.update(grams[p] for p in run)
+                        lo = run[0] if lo < 0 else lo
+                        hi = run[-1]
+                    start = k
+            if matched:
+                out[i] = (matched, lo, hi)
+        return out
 
 
 class SimpleIndex:
@@ -307,13 +296,15 @@ class SimpleIndex:
         self.threshold = threshold
         self.ids: list[str] = []
         self.skipped: list[str] = []
-        self.qlen: list[int] = []
+        self.need: list[float] = []  # required score per item, from its question length
+        self.weights: list[dict[str, float]] = []  # component weights per item, normalised to sum 1
         self.answers: list[list[int]] = []
         qsets: dict[int, set] = {}
         asets: dict[int, set] = {}
         long_sets: dict[int, set] = {}
         psets: dict[int, set] = {}
-        self.answer_len: dict[int, int] = {}
+        q_need: dict[int, float] = {}
+        long_need: dict[int, float] = {}
         refs = list(items)
         qtok = self.enc.encode_ordinary_batch([clean(r.question) for r in refs])
         atok = self.enc.encode_ordinary_batch([clean(r.answer) for r in refs])
@@ -324,72 +315,75 @@ class SimpleIndex:
                 continue
             i = len(self.ids)
             self.ids.append(r.id)
-            self.qlen.append(len(q))
+            need = required_score(len(q), threshold)
+            self.need.append(need)
             self.answers.append(a)
+            base = WEIGHTS_PASSAGE if p else WEIGHTS
+            w = {k: v for k, v in base.items() if k == "question" or (k == "answer" and a) or (k == "passage" and p)}
+            total = sum(w.values())
+            w = {k: v / total for k, v in w.items()}
+            self.weights.append(w)
+            # the question share that can still pass: alone, or with a perfect answer and passage
+            q_need[i] = max(0.0, min(need, (need - (1 - w["question"])) / w["question"]))
             qsets[i] = _ngrams(q, Q_N)
             if a:
                 asets[i] = _ngrams(a, A_N)
                 if len(a) >= MIN_TOKENS and len(set(clean(r.answer).split())) >= MIN_UNIQUE_WORDS:
                     long_sets[i] = _ngrams(a, Q_N)
-                    self.answer_len[i] = len(a)
+                    long_need[i] = required_score(len(a), threshold)
             if p:
                 psets[i] = _ngrams(p, P_N)
         total = len(self.ids)
-        self.q = _Component(Q_N, Q_MAX_MISSES, qsets, total, postings=True)
-        self.a = _Component(A_N, 0, asets, total, postings=False)
-        self.long = _Component(Q_N, Q_MAX_MISSES, long_sets, total, postings=True)
-        self.p = _Component(P_N, P_MAX_MISSES, psets, total, postings=False)
+        self.q = _Component(Q_N, Q_MAX_MISSES, qsets, total, q_need)
+        self.a = _Component(A_N, 0, asets, total)
+        self.long = _Component(Q_N, Q_MAX_MISSES, long_sets, total, long_need)
+        self.p = _Component(P_N, P_MAX_MISSES, psets, total)
+        self.q_need, self.long_need = q_need, long_need
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def _answer_share(self, i: int, toks: list[int], span: list[int]) -> float:
+    def _answer_share(self, i: int, toks: list[int], lo: int, hi: int) -> float:
         a = self.answers[i]
         w = max(2 * len(a), MIN_ANSWER_WINDOW)
-        window = toks[max(0, span[0] - w): span[1] + Q_N + w]
+        window = toks[max(0, lo - w): hi + Q_N + w]
         if len(a) < A_N:
             k = len(a)
             return 1.0 if any(window[j:j + k] == a for j in range(len(window) - k + 1)) else 0.0
         return self.a.share(i, self.a.sets[i] & _ngrams(window, A_N))
 
     def scan(self, toks: list[int]) -> list[Match]:
+        grams = _grams(toks, Q_N)
+        if not grams:
+            return []
+        distinct = set(grams)
         out: list[Match] = []
-        found, span = self.q.clusters(toks)
-        for i, matched in found.items():
-            need = required_score(self.qlen[i], self.threshold)
+        cands = self.q.candidates(distinct)
+        for i, (matched, lo, hi) in self.q.clusters(grams, cands).items() if cands else ():
+            need, w = self.need[i], self.weights[i]
             q = self.q.share(i, matched)
-            has_a, has_p = bool(self.answers[i]), i in self.p.sets
-            weights = WEIGHTS_PASSAGE if has_p else WEIGHTS
-            weights = {k: v for k, v in weights.items() if k == "question" or (k == "answer" and has_a)
-                       or (k == "passage" and has_p)}
-            total_w = sum(weights.values())
-            q_only = q >= need - 1e-9
-            if not q_only and (q * weights["question"] + total_w - weights["question"]) / total_w < need:
-                continue  # cannot pass even with a perfect answer and passage
-            score = q * weights["question"]
+            if q < self.q_need[i] - 1e-9:
+                continue
+            score = q * w["question"]
             a = p = None
-            if has_a:
-                a = self._answer_share(i, toks, span[i])
-                score += a * weights["answer"]
-            if has_p:
-                pf, _ = self.p.clusters(toks, only=[i])
-                p = self.p.share(i, pf.get(i, set()))
-                score += p * weights["passage"]
-            score /= total_w
+            if "answer" in w:
+                a = self._answer_share(i, toks, lo, hi)
+                score += a * w["answer"]
+            if "passage" in w:
+                pm = self.p.clusters(_grams(toks, P_N), [i]).get(i)
+                p = self.p.share(i, pm[0]) if pm else 0.0
+                score += p * w["passage"]
             if score >= need - 1e-9:
                 out.append(Match(self.ids[i], score, need, "combined", q, a, p))
-            elif q_only:
+            elif q >= need - 1e-9:
                 out.append(Match(self.ids[i], q, need, "question", q, a, p))
-        if self.long.post:
-            lfound, _ = self.long.clusters(toks)
+        cands = self.long.candidates(distinct) if self.long.post else ()
+        if cands:
             flagged = {m.reference for m in out}
-            for i, matched in lfound.items():
-                if self.ids[i] in flagged:
-                    continue
-                need = required_score(self.answer_len[i], self.threshold)
+            for i, (matched, _, _) in self.long.clusters(grams, cands).items():
                 a = self.long.share(i, matched)
-                if a >= need - 1e-9:
-                    out.append(Match(self.ids[i], a, need, "answer", 0.0, a, None))
+                if self.ids[i] not in flagged and a >= self.long_need[i] - 1e-9:
+                    out.append(Match(self.ids[i], a, self.long_need[i], "answer", 0.0, a, None))
         return out
 
 
@@ -420,12 +414,9 @@ class LongNgramIndex:
     def scan(self, words: list[str]) -> list[Match]:
         hits: dict[int, set] = {}
         post = self.post
-        for k in range(len(words) - LONG_N + 1):
-            g = tuple(words[k:k + LONG_N])
-            items = post.get(g)
-            if items:
-                for i in items:
-                    hits.setdefault(i, set()).add(g)
+        for g in set(zip(*(words[k:] for k in range(LONG_N)), strict=False)):
+            for i in post.get(g, ()):
+                hits.setdefault(i, set()).add(g)
         return [Match(self.ids[i], len(g) / self.size[i], 0.0, "ngram13", len(g) / self.size[i])
                 for i, g in hits.items()]
 
@@ -452,8 +443,8 @@ def check(reference: Iterable[RefText], rows: Iterable[Row], mode: str = "simple
         for r, seq in zip(batch, seqs, strict=True):
             matches = index.scan(seq)
             if matches:
-                matches.sort(key=lambda m: -m.score)
-                report.flagged.append({"line": r.line, "id": r.id, "score": round(matches[0].score, 4),
+                matches.sort(key=lambda m: (-m.score, m.reference))
+                report.flagged.append({"row": r.index, "line": r.line, "id": r.id, "score": round(matches[0].score, 4),
                                        "matches": [m.as_dict() for m in matches[:keep_matches]]})
         report.rows += len(batch)
         batch.clear()

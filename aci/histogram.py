@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aci.errors import ACIError
+from aci.errors import ACIError, where
 
 KIND = "aci-histogram"
 VERSION = 1
@@ -281,6 +281,61 @@ def token_length(tokenizer: Path) -> Callable[[str], int]:
         return len(tok(text, add_special_tokens=False)["input_ids"]) if text else 0
 
     return count
+
+
+# -- reading -----------------------------------------------------------------------------------------
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+def _calls_ok(calls: Any, plain: bool) -> bool:
+    if calls is None:
+        return True
+    if not isinstance(calls, list):
+        return False
+    for c in calls:
+        if not isinstance(c, dict):
+            return False
+        if plain and not (isinstance(c.get("name"), str) and isinstance(c.get("arguments"), dict)):
+            return False
+        if not plain and _call_name(c) is None:
+            return False
+    return True
+
+
+def _well_formed(row: dict) -> bool:
+    """The fields features read have the types the schemas give them (a fast subset of `aci.tasks`'
+    validation: jsonschema on every row would cost ~25x the JSON parse)."""
+    msgs = row.get("messages")
+    if not isinstance(msgs, list):
+        return False
+    for m in msgs:
+        if not (isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str)
+                and _calls_ok(m.get("tool_calls"), plain=False)):
+            return False
+    if not isinstance(row.get("tools", []), list) or not isinstance(row.get("subtype") or "", str):
+        return False
+    if "gold" in row or "grader" in row:
+        gold = row.get("gold")
+        return (isinstance(gold, dict) and isinstance(gold.get("answer", ""), str)
+                and _calls_ok(gold.get("tool_calls"), plain=True) and isinstance(gold.get("claims", []), list))
+    return True
+
+
+def records(path: Path) -> Iterator[dict]:
+    """Task records and SFT samples of a data file, for features: rows already in those shapes pass a
+    fast type check; anything else goes through `aci.tasks`' adapters and schema, whose errors name
+    `file:line`."""
+    from aci.tasks import read_rows, to_sample, to_task
+
+    for n, row in read_rows(path):
+        if _well_formed(row):
+            yield row
+            continue
+        loc = where(path, n)
+        if "messages" in row and "gold" not in row and "grader" not in row:
+            yield to_sample(row, loc)
+        else:
+            yield to_task(row, loc, f"{path.stem}-{n}")
 
 
 # -- computing -------------------------------------------------------------------------------------

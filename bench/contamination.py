@@ -1,0 +1,122 @@
+"""Bench: checking 100,000 training rows against a 1,319-item reference (GSM8K test size), mode simple.
+
+Generates GSM8K-like word problems from templates: the reference (1,319 items with worked solutions)
+and the training set (SFT samples: a question from templates in the reference's style and
+vocabulary, so common phrases hit the index, and a worked answer), with 50 verbatim copies of reference
+items (all must be flagged) and 50 near-copies (one number changed; flagged when enough of the question
+survives for its length). Times `aci.contamination.check` (indexing + streaming the
+training file, including reading and tokenising it) and reports rows/s and the process's peak memory
+(`resource.getrusage`, max RSS). For comparison it also times cl100k tokenisation of the same texts
+alone, the floor of any method that reads every token. Last line: `rows_per_s=N`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from aci import contamination as C
+
+ROWS = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+REFS = 1319
+PLANTED = 50
+NAMES = ["Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Ken", "Alexis", "Tina", "Mark", "Randy", "Joy",
+         "Carla", "Gerald", "Shiela", "Toula", "Billy", "Greg", "Mandy", "Hasan"]
+OBJECTS = ["clips", "apples", "stickers", "marbles", "cupcakes", "books", "pencils", "shells", "cookies", "cards"]
+PLACES = ["the market", "school", "the fair", "the library", "her garden", "the bakery", "the zoo", "the park"]
+TEMPLATES = [
+    "{a} sold {x} {o} to her friends in April, and then she sold {f} as many {o} in May. How many {o} did {a} sell altogether in April and May?",
+    "{a} earns ${x} an hour for babysitting. Yesterday, she just did {y} minutes of babysitting. How much did she earn?",
+    "{a} is saving money for a new wallet which costs ${x}. {a} has only half of the money she needs. Her parents decided to give her ${y} for that purpose, and her grandparents twice as much as her parents. How much more money does {a} need to buy the wallet?",
+    "{a} is reading a {x}-page book. Yesterday, she was able to read {y} pages and today, she read twice as many pages as yesterday. If she wants to read half of the remaining pages tomorrow, how many pages should she read?",
+    "{a} writes a {y}-page letter to 2 different friends twice a week. How many pages does {a} write a year if each letter has {x} lines?",
+    "{a} has a garden with flowers. He planted plants of three different colors in it. {x} of them are yellow, and there are {y}% more of those in purple. There are only 25% as many green flowers as there are yellow and purple flowers. How many flowers does {a} have in his garden?",
+    "{a} buys {x} large pizzas and {y} small pizzas. A large pizza has 16 slices and a small pizza has 8 slices. If he eats it all, how many pieces does he eat that day?",
+    "{a} created a care package to send to his brother, who was away at boarding school. {a} placed a box on a scale, and then he poured into the box enough jelly beans to bring the weight to {x} pounds. Then, he added enough brownies to cause the weight to triple. How much did the box weigh at the end?",
+    "{a} went to {p} with ${x}. She bought {y} {o} for $3 each and a bag for $5. How much money does {a} have left after shopping at {p}?",
+    "At {p}, {a} counted {x} {o} on the first shelf and {y} more {o} on the second shelf than on the first. How many {o} did {a} count on both shelves together?",
+    "{a} collects {o}. She had {x} {o} and gave {y} of them to her brother, then bought twice as many as she gave away. How many {o} does {a} have now?",
+    "A box holds {x} {o}. {a} fills {y} boxes and then puts the leftover 7 {o} into a bag. How many {o} did {a} have in total?",
+    "{a} runs {x} miles every weekday and {y} miles on Saturday. She rests on Sunday. How many miles does {a} run in four weeks?",
+    "The price of a ticket to {p} is ${x} for adults and ${y} for children. {a} buys tickets for two adults and three children. How much does {a} pay?",
+    "{a} bakes {x} {o} for the class party at {p}. Her friend bakes {y} fewer than she does. If the class eats all but 5 of them, how many {o} were eaten?",
+    "{a} has {x} dollars. She spends a quarter of it on {o} and {y} dollars on lunch at {p}. How many dollars are left?",
+]
+OWN_TEMPLATES = [  # the training set's own problem shapes, in the same style and vocabulary
+    "If {a} packs {x} {o} into each of {y} crates before leaving for {p}, how many {o} are packed in all?",
+    "{a} paints {x} fences a day for {y} days at {p}. How many fences did {a} paint?",
+    "A recipe needs {x} cups of flour per batch. {a} makes {y} batches for {p}. How many cups of flour does {a} use?",
+    "{a} scores {x} points in each of {y} games at {p}. What is her total score?",
+    "{a} had ${x} and earned ${y} more by selling {o} at {p}. How much money does {a} have now?",
+    "There are {x} {o} in a jar. {a} takes out {y} of them and then adds twice as many as she took. How many {o} are in the jar now?",
+    "{a} walks {x} meters to {p} and {y} meters back home each day. How many meters does {a} walk in a week?",
+    "A shop at {p} sells {o} in packs of {y}. {a} needs {x} {o}. How many packs must {a} buy?",
+]
+
+
+def problem(rng: random.Random, templates: list[str]) -> tuple[str, str]:
+    x, y = rng.randrange(6, 400), rng.randrange(2, 90)
+    q = rng.choice(templates).format(a=rng.choice(NAMES), o=rng.choice(OBJECTS), p=rng.choice(PLACES), x=x, y=y,
+                                     f=rng.choice(["half", "twice", "three times"]))
+    total = x * 2 + y
+    solution = (f"First find the total: {x} * 2 = {x * 2}. Then add the rest: {x * 2} + {y} = {total}. "
+                f"So the answer is {total}.\n#### {total}")
+    return q, solution
+
+
+def generate(folder: Path, rng: random.Random) -> tuple[Path, Path, set[int]]:
+    ref, train = folder / "test.jsonl", folder / "train.jsonl"
+    items = [problem(rng, TEMPLATES) for _ in range(REFS)]
+    with open(ref, "w") as f:
+        for i, (q, a) in enumerate(items):
+            f.write(json.dumps({"id": f"gsm8k-test-{i}", "question": q, "answer": a}) + "\n")
+    planted = rng.sample(range(ROWS), 2 * PLANTED)
+    copies, near = set(planted[:PLANTED]), set(planted[PLANTED:])
+    with open(train, "w") as f:
+        for i in range(ROWS):
+            if i in copies:
+                q, a = items[rng.randrange(REFS)]
+            elif i in near:
+                q, a = items[rng.randrange(REFS)]
+                q = re.sub(r"\d+", lambda m: str(int(m.group()) + 1), q, count=1)
+            else:
+                q, a = problem(rng, OWN_TEMPLATES)
+            f.write(json.dumps({"messages": [{"role": "user", "content": q},
+                                             {"role": "assistant", "content": a.replace("#### ", "ANSWER: ")}]}) + "\n")
+    return ref, train, {i + 1 for i in copies}  # line numbers of the verbatim copies
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ref, train, copy_lines = generate(Path(tmp), random.Random(0))
+        enc = C.encoding()
+        enc.encode_ordinary("warm up")
+        t0 = time.perf_counter()
+        texts = [C.clean(r.text) for r in C.training_rows(train)]
+        for k in range(0, len(texts), C.BATCH):
+            enc.encode_ordinary_batch(texts[k:k + C.BATCH])
+        t_tok = time.perf_counter() - t0
+        del texts
+        t0 = time.perf_counter()
+        report = C.check(C.reference_items(ref), C.training_rows(train), "simple", 0.8, enc=enc)
+        t_check = time.perf_counter() - t0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert report.rows == ROWS
+    missed = copy_lines - {r["line"] for r in report.flagged}
+    assert not missed, f"verbatim copies not flagged at lines {sorted(missed)}"
+    print(f"rows={ROWS} references={report.references} indexed={report.indexed}")
+    print(f"flagged={len(report.flagged)} (planted {PLANTED} verbatim copies and {PLANTED} near-copies)")
+    print(f"read_and_tokenize_only_s={t_tok:.2f} ({ROWS / t_tok:,.0f} rows/s)")
+    print(f"check_s={t_check:.2f}")
+    print(f"peak_rss_mb={peak_mb:.0f}")
+    print(f"rows_per_s={ROWS / t_check:.0f}")
+
+
+if __name__ == "__main__":
+    main()
