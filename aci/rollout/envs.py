@@ -181,7 +181,7 @@ class _PythonEnv:
             else:
                 value = await asyncio.wait_for(daemon.call(fn, **arguments), timeout_s)
         except asyncio.TimeoutError:
-            return ToolResult("", f"tool {name} timed out after {timeout_s:g} s")
+            return ToolResult("", f"tool {name} timed out after {timeout_s:.3g} s")
         except Exception as e:
             return ToolResult("", f"tool {name} raised {type(e).__name__}: {e}")
         return ToolResult(render_output(value))
@@ -292,7 +292,7 @@ class _MCPEnv:
             result = await asyncio.wait_for(
                 self._client.call_tool(name, arguments, read_timeout_seconds=timeout_s), timeout_s + 1)
         except asyncio.TimeoutError:
-            return ToolResult("", f"tool {name} timed out after {timeout_s:g} s")
+            return ToolResult("", f"tool {name} timed out after {timeout_s:.3g} s")
         except Exception as e:
             return ToolResult("", f"tool {name} failed: {type(e).__name__}: {e}")
         text = mcp_output(result)

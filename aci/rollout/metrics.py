@@ -26,6 +26,10 @@ from aci.rollout.trace import TaskTrace
 Level = Literal["step", "turn", "task", "trial"]
 
 
+def _r(x: float) -> float:
+    return round(x, 6)
+
+
 class Figure(BaseModel):
     value: float | None = Field(description="None when the denominator is 0")
     level: Level = Field(description="what is counted: steps, turns, tasks or trials")
@@ -35,7 +39,7 @@ class Figure(BaseModel):
 
     @classmethod
     def ratio(cls, num: float, den: float, level: Level, formula: str) -> Figure:
-        return cls(value=round(num / den, 6) if den else None, level=level, numerator=num, denominator=den,
+        return cls(value=_r(num / den) if den else None, level=level, numerator=num, denominator=den,
                    formula=formula)
 
 
@@ -150,14 +154,15 @@ def compute(traces: dict[int, list[TaskTrace]]) -> RunMetrics:
             solved[t.task_id] = solved.get(t.task_id, False) or t.success
         per_trial.append(TrialMetrics(trial=trial, counts=c, figures=Figures.of(c)))
         total = total.merge(c)
-    rates = [m.figures.task_success_rate.value for m in per_trial]
-    known = [r for r in rates if r is not None]
+    exact = [m.counts.successes / m.counts.tasks if m.counts.tasks else None for m in per_trial]
+    known = [r for r in exact if r is not None]
     return RunMetrics(
         trials=per_trial,
         pooled=Figures.of(total),
         success_rate_mean=Figure.ratio(round(sum(known), 6), len(known), "trial", "sum of trial success rates / trials"),
-        consistency=Consistency(min=min(known) if known else None, max=max(known) if known else None,
-                                spread=round(max(known) - min(known), 6) if known else None, rates=rates),
+        consistency=Consistency(min=_r(min(known)) if known else None, max=_r(max(known)) if known else None,
+                                spread=_r(max(known) - min(known)) if known else None,
+                                rates=[m.figures.task_success_rate.value for m in per_trial]),
         unsolved_tasks=[k for k, v in solved.items() if not v][:100],
         tasks_solved_any=sum(solved.values()),
     )

@@ -23,12 +23,13 @@ class Settings(BaseModel):
     temperature: float | None = Field(None, ge=0, description="sampling temperature (0 = greedy)")
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1, description="new tokens per reply")
-    seed: int | None = Field(None, description="per-trial seed = seed + trial index")
+    seed: int | None = Field(None, description="seed of trial 1; trial k uses seed + k - 1")
     stop: list[str] | None = None
     extra: dict[str, Any] = Field(default_factory=dict, description="passed through to the endpoint body as is")
 
     def for_trial(self, trial: int) -> Settings:
-        return self if self.seed is None else self.model_copy(update={"seed": self.seed + trial})
+        """The settings of trial `trial` (1-based): the same, except the seed, which moves on by one."""
+        return self if self.seed is None else self.model_copy(update={"seed": self.seed + trial - 1})
 
     def body(self) -> dict[str, Any]:
         """The settings as chat-completions body fields (unset ones omitted, so server defaults apply)."""
