@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aci import tasks
 from aci.errors import ACIError
@@ -182,3 +185,119 @@ def test_record_texts_for_each_shape(tmp_path):
     tool_task = {"id": "t", "type": "tool-use", "messages": [{"role": "user", "content": "do"}],
                  "gold": {"tool_calls": [{"name": "f", "arguments": {"x": 1}}]}}
     assert json.loads(tasks.record_texts(tool_task)["answer"]) == [{"name": "f", "arguments": {"x": 1}}]
+
+
+def _keywords(schema) -> set[str]:
+    if isinstance(schema, list):
+        return set().union(*(_keywords(s) for s in schema)) if schema else set()
+    if not isinstance(schema, dict):
+        return set()
+    found = set(schema)
+    for key, value in schema.items():
+        if key == "properties":
+            found |= set().union(*(_keywords(v) for v in value.values()))
+        elif key in ("items", "contains", "oneOf"):
+            found |= _keywords(value)
+    return found
+
+
+def test_fast_validator_covers_every_keyword_the_schemas_use():
+    for schema in tasks.SCHEMAS.values():
+        assert _keywords(schema) <= tasks.FAST_KEYWORDS
+
+
+# Valid records, then (in the test) one mutation with a boundary value: near misses are where a hand
+# compiled validator and jsonschema could disagree.
+_boundary = st.sampled_from(["", "x", "bot", "other", 0, 1, 1.5, True, None, {}, [], "{}", {"type": ""},
+                             {"type": "x"}, [{}], ["c"], [1]])
+_json = st.recursive(_boundary, lambda inner: st.lists(inner, max_size=2) | st.dictionaries(
+    st.sampled_from(["name", "arguments", "type", "x"]), inner, max_size=2), max_leaves=4)
+_call = st.fixed_dictionaries({"function": st.fixed_dictionaries(
+    {"name": st.just("f"), "arguments": st.sampled_from([{}, "{}", {"a": 1}])})},
+    optional={"type": st.just("function"), "id": st.just("c1")})
+_message = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "system"]),
+                                  "content": st.sampled_from(["hi", ""])},
+                                 optional={"tool_calls": st.lists(_call, max_size=2), "name": st.just("n")})
+_tool = st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries(
+    {"name": st.just("f")}, optional={"description": st.just("d"), "parameters": st.just({})})})
+_gold = st.fixed_dictionaries({}, optional={
+    "answer": st.just("42"), "claims": st.lists(st.just("c"), max_size=2), "tests": st.just("assert 1"),
+    "tool_calls": st.lists(st.fixed_dictionaries({"name": st.just("f"), "arguments": st.just({"a": 1})}),
+                           max_size=2)})
+_record = st.fixed_dictionaries(
+    {"id": st.just("a"), "type": st.just("qa"), "messages": st.lists(_message, min_size=1, max_size=3), "gold": _gold},
+    optional={"subtype": st.sampled_from([None, "s"]), "tools": st.lists(_tool, max_size=2), "meta": st.just({}),
+              "grader": st.sampled_from([None, "choice", {"type": "regex", "pattern": "x"}])})
+
+def _paths(value):
+    """Every (container, key) position in a JSON value, to mutate one of them."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in items:
+        yield value, key
+        yield from _paths(child)
+
+
+_FULL_TASK = {
+    "id": "a", "type": "tool-use", "subtype": "s",
+    "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "u", "name": "n"},
+                 {"role": "assistant", "content": "", "tool_calls": [
+                     {"type": "function", "id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+                 {"role": "tool", "content": "out", "tool_call_id": "c1"}],
+    "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}],
+    "gold": {"answer": "42", "claims": ["c"], "tests": "assert 1",
+             "tool_calls": [{"name": "f", "arguments": {"a": 1}}]},
+    "grader": {"type": "regex", "pattern": "x"}, "meta": {"k": 1},
+}
+
+
+def test_fast_validator_agrees_with_jsonschema_on_every_single_mutation():
+    """Each position of full records, replaced by each boundary value, removed, or given an extra key."""
+    values = ["", "x", "bot", "function", "other", 0, 1, 1.5, True, None, {}, [], "{}", {"type": ""}, {"type": "x"},
+              [{}], ["c"], [1]]
+    sample = {"messages": _FULL_TASK["messages"], "tools": _FULL_TASK["tools"]}
+    checked = 0
+    for name, base in [("task", _FULL_TASK), ("sft-sample", sample), ("task", {**_FULL_TASK, "grader": "choice"})]:
+        fast, slow = tasks.compile_schema(tasks.SCHEMAS[name]), jsonschema.Draft202012Validator(tasks.SCHEMAS[name])
+        assert fast(base) and slow.is_valid(base)
+        for index in range(len(list(_paths(base)))):
+            for change in [*values, "remove", "add"]:
+                record = copy.deepcopy(base)
+                container, key = list(_paths(record))[index]
+                if change == "remove" and isinstance(container, dict):
+                    del container[key]
+                elif change == "add":
+                    target = container[key] if isinstance(container[key], dict) else container
+                    if not isinstance(target, dict):
+                        continue
+                    target["typo"] = 1
+                else:
+                    container[key] = change
+                assert fast(record) == slow.is_valid(record), (name, record)
+                checked += 1
+    assert checked > 1000
+
+
+_FAST: dict = {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_fast_validator_agrees_with_jsonschema(data):
+    """Valid records and records one mutation away from valid (changed, removed or added field)."""
+    record = copy.deepcopy(data.draw(_record))  # drawn values may be shared `just` objects: never mutate them
+    sample = copy.deepcopy({"messages": [*record["messages"], {"role": "assistant", "content": "ok"}], "tools": []})
+    for value in (record, sample):
+        spots = list(_paths(value))
+        action = data.draw(st.sampled_from(["none", "change", "remove", "add"]))
+        if action != "none" and spots:
+            container, key = data.draw(st.sampled_from(spots))
+            if action == "change":
+                container[key] = data.draw(_boundary | _json)
+            elif action == "remove" and isinstance(container, dict):
+                del container[key]
+            elif isinstance(container, dict):
+                container[data.draw(st.sampled_from(["typo", "name", "x"]))] = data.draw(_json)
+        for name, schema in tasks.SCHEMAS.items():
+            fast = tasks.compile_schema(schema) if name not in _FAST else _FAST[name]
+            _FAST[name] = fast
+            assert fast(value) == jsonschema.Draft202012Validator(schema).is_valid(value), (name, value)
