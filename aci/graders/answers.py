@@ -127,16 +127,17 @@ class Choice(Grader):
         return raw
 
     def extract(self, response: str, letters: str) -> str | None:
-        allowed = f"[{letters}{letters.lower()}]"
+        """Upper-case letters after `answer:` / `answer is` (so `Answer: a dog` is no choice), else a
+        lone letter of either case, else the last `(X)`."""
         strong = [
-            rf"(?im)^[ \t]*\**answer\**[ \t]*:[ \t]*\**\(?({allowed})\)?(?![A-Za-z])",
-            rf"(?i)answer is[ \t:]*\**\(?({allowed})\)?(?![A-Za-z])",
+            rf"(?m)^[ \t]*\**(?i:answer)\**[ \t]*:[ \t]*\**\(?([{letters}])\)?(?![A-Za-z])",
+            rf"(?i:answer is)[ \t:]*\**\(?([{letters}])\)?(?![A-Za-z])",
         ]
         for pattern in strong:
             found = re.findall(pattern, response)
             if found:
-                return found[-1].upper()
-        lone = re.fullmatch(rf"\s*\(?({allowed})\)?\.?\s*", response)
+                return found[-1]
+        lone = re.fullmatch(rf"\s*\(?([{letters}{letters.lower()}])\)?\.?\s*", response)
         if lone:
             return lone.group(1).upper()
         found = re.findall(rf"\(([{letters}])\)", response)
