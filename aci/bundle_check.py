@@ -223,10 +223,10 @@ def check_commands(docs: list[Doc]) -> list[Problem]:
             tokens = _split(snippet)
             for inv in _invocations(tokens):
                 problems += [Problem(doc.rel, n, m) for m in check_command(inv, glob, commands)]
-            if tokens and tokens[0].startswith("--") and len(tokens) <= 2 and not _invocations(tokens):
-                opt = tokens[0].split("=", 1)[0]
-                if opt not in all_options and opt not in EVALUATE_PY_OPTIONS:
-                    problems.append(Problem(doc.rel, n, f"option {opt} is not an option of any aci command"))
+            if tokens and tokens[0].startswith("--") and not _invocations(tokens):  # e.g. `--limit 150`
+                for opt in (t.split("=", 1)[0] for t in tokens if t.startswith("--")):
+                    if opt not in all_options and opt not in EVALUATE_PY_OPTIONS:
+                        problems.append(Problem(doc.rel, n, f"option {opt} is not an option of any aci command"))
         for n, line in prose:
             for m in _ACI_PROSE.finditer(line):
                 if m.group(1) not in commands:
@@ -320,26 +320,40 @@ def _shipped(root: Path, p: Path) -> bool:
     return rel.parts[0] in SHIPPED if rel.parts else False
 
 
+def links(doc: Doc) -> list[tuple[int, str, Path, str]]:
+    """(line, target, resolved file, anchor) of every relative link outside code."""
+    out = []
+    _, prose = code_regions(doc)
+    for n, line in prose:
+        for m in _LINK.finditer(line):
+            target = m.group(1)
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue  # http:, mailto:, skill:// ...
+            file_part, _, anchor = target.partition("#")
+            out.append((n, target, (doc.path.parent / file_part).resolve() if file_part else doc.path, anchor))
+    return out
+
+
+def broken_links(doc: Doc) -> list[tuple[int, str]]:
+    """(line, message) for every relative link whose file or `#anchor` does not exist."""
+    out = []
+    for n, target, dest, anchor in links(doc):
+        if not dest.exists():
+            out.append((n, f"broken link {target!r}"))
+        elif anchor and (dest.suffix != ".md" or anchor not in anchors(dest.read_text(encoding="utf-8"))):
+            out.append((n, f"link {target!r}: no heading #{anchor} in {dest.name}"))
+    return out
+
+
 def check_links(root: Path, docs: list[Doc]) -> list[Problem]:
     problems = []
     for doc in docs:
-        _, prose = code_regions(doc)
-        shipped_doc = _shipped(root, doc.path)
-        for n, line in prose:
-            for m in _LINK.finditer(line):
-                target = m.group(1)
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
-                    continue  # http:, mailto:, skill:// ...
-                file_part, _, anchor = target.partition("#")
-                dest = (doc.path.parent / file_part).resolve() if file_part else doc.path
-                if not dest.exists():
-                    problems.append(Problem(doc.rel, n, f"broken link {target!r}"))
-                    continue
-                if shipped_doc and not _shipped(root, dest):
+        problems += [Problem(doc.rel, n, msg) for n, msg in broken_links(doc)]
+        if _shipped(root, doc.path):
+            for n, target, dest, _ in links(doc):
+                if dest.exists() and not _shipped(root, dest):
                     problems.append(Problem(doc.rel, n, f"link {target!r} leaves the shipped bundle "
                                                         f"({', '.join(SHIPPED)}); installed copies would break"))
-                if anchor and (dest.suffix != ".md" or anchor not in anchors(dest.read_text(encoding="utf-8"))):
-                    problems.append(Problem(doc.rel, n, f"link {target!r}: no heading #{anchor} in {dest.name}"))
     return problems
 
 
