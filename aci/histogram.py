@@ -26,7 +26,9 @@ share); per feature, the total-variation distance (half the L1 distance of the t
 a feature FAILS when any bin's |gap| exceeds the tolerance. Quotas, for a final size N: per bin,
 `need = max(0, ceil(target_share * N) - count)`, listed scarcest first (largest need relative to the
 bin's target count). Quotas are for per-record features only; a mix feature (counted per call) gets
-gaps but no quotas.
+gaps but no quotas. Quotas are per feature and one added sample counts toward a bin of every feature,
+so fill the scarcest quotas with samples that also serve the other features' quotas (a task with two
+writes that returns an amount serves `writes=2`, `multi_write=yes` and `returns_info=yes` at once).
 """
 
 from __future__ import annotations
@@ -249,23 +251,19 @@ class Extractor:
 
 
 def load_function(spec: str, workdir: Path | None = None) -> tuple[str, Callable]:
-    """`[name=]python:module:function` -> (name, function); the workdir is importable."""
-    import importlib
-    import sys
+    """`[name=]python:module:function` (or `python:file.py:function`) -> (name, function), with the
+    loader python graders use; the workdir is importable."""
+    from aci.graders.external import load_function as load
 
-    name, _, ref = spec.rpartition("=") if "=" in spec else ("", "", spec)
-    parts = ref.split(":")
-    if len(parts) != 3 or parts[0] != "python" or not all(parts[1:]):
+    name, _, ref = spec.rpartition("=")
+    kind, _, target = ref.partition(":")
+    if kind != "python" or target.count(":") != 1:
         raise ACIError(f"custom feature {spec!r}: write it as python:module:function (optionally name=python:...)")
-    if workdir and str(workdir) not in sys.path:
-        sys.path.insert(0, str(workdir))
     try:
-        fn = getattr(importlib.import_module(parts[1]), parts[2])
-    except (ImportError, AttributeError) as e:
-        raise ACIError(f"custom feature {spec!r}: cannot load it: {e}") from None
-    if not callable(fn):
-        raise ACIError(f"custom feature {spec!r} is not callable")
-    return name or parts[2], fn
+        fn = load(target, workdir)
+    except ACIError as e:
+        raise ACIError(f"custom feature {spec!r}: {e}") from None
+    return name or target.rpartition(":")[2], fn
 
 
 def token_length(tokenizer: Path) -> Callable[[str], int]:
@@ -303,8 +301,9 @@ def _calls_ok(calls: Any, plain: bool) -> bool:
 
 
 def _well_formed(row: dict) -> bool:
-    """The fields features read have the types the schemas give them (a fast subset of `aci.tasks`'
-    validation: jsonschema on every row would cost ~25x the JSON parse)."""
+    """The fields features read have the types the schemas give them: a subset of `aci.tasks`' schema
+    check, because the full check (even compiled) costs about as much as the JSON parse itself on
+    records that carry tool definitions, which the features never read."""
     msgs = row.get("messages")
     if not isinstance(msgs, list):
         return False
@@ -492,7 +491,8 @@ def compare(target: dict, candidate: dict, tolerance_pp: float, size: int | None
     """Gaps, TV distance, pass/fail and quotas of `candidate` against `target` (both histogram dicts)."""
     if target.get("unit") != candidate.get("unit"):
         raise ACIError(f"the target's lengths are in {target.get('unit')} and the candidate's in "
-                       f"{candidate.get('unit')}; compute both with the same unit/tokenizer")
+                       f"{candidate.get('unit')}: pass the same --tokenizer as the target was computed with "
+                       f"(or none for characters)")
     n = candidate["records"]
     if size is not None and size < n:
         raise ACIError(f"size {size} is below the candidate's {n} records; quotas only add samples")

@@ -120,9 +120,6 @@ def histogram(inp: HistogramInput, ctx: Context) -> HistogramOutput:
         target = H.read_saved(tpath)
         if target is None:
             target = H.histogram_of(H.records(tpath), feature_set, make, source=str(tpath))
-        elif inp.tokenizer and target["unit"] != "tokens" or not inp.tokenizer and target["unit"] == "tokens":
-            raise ACIError(f"the saved target counts lengths in {target['unit']}: "
-                           + ("pass the same --tokenizer" if target["unit"] == "tokens" else "drop --tokenizer"))
         if feature_set not in ("auto", target["feature_set"]):
             raise ACIError(f"the target uses the {target['feature_set']} feature set, not {feature_set}")
         feature_set = target["feature_set"]
