@@ -2,15 +2,43 @@
 
 `asyncio.to_thread` uses the loop's executor, whose threads `asyncio.run` joins at exit: one hanging
 tool (an infinite loop, a blocked socket) would then block the whole run forever even after its
-timeout fired. A daemon thread per call is abandoned on timeout and dies with the process.
+timeout fired. Calls here run on daemon worker threads instead: a worker that never comes back is
+abandoned (a new one starts when no other is idle) and dies with the process. Workers are reused, so
+a busy rollout does not pay a thread start per tool call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
+
+
+class _Workers:
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1  # that idle worker will take this job
+        self._jobs.put(job)
+        if spawn:
+            threading.Thread(target=self._work, name="aci-tool-worker", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+_WORKERS = _Workers()
 
 
 async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -25,7 +53,7 @@ async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         else:
             fut.set_exception(value)
 
-    def work() -> None:
+    def job() -> None:
         try:
             result = fn(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001 - handed to the awaiting task, which records it
@@ -37,5 +65,5 @@ async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
-    threading.Thread(target=work, name=f"aci-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+    _WORKERS.submit(job)
     return await fut

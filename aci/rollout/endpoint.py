@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 from typing import Any
 
@@ -20,6 +21,7 @@ from aci.errors import ACIError
 from aci.rollout.policy import Call, PolicyError, Reply, Settings, assistant_message, parse_arguments
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
+POOL_SIZE = 4  # connections per HTTP pool
 BACKOFF_CAP_S = 8.0
 
 
@@ -58,10 +60,16 @@ class EndpointPolicy:
         self.backoff_s = backoff_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._errors = (httpx.TransportError,)
-        self._client = httpx.AsyncClient(
+        # httpcore probes every idle connection of a pool on each request, so one pool of N connections costs
+        # O(N) per request; small pools, each request on the least busy one, keep that cost flat.
+        shards = max(1, math.ceil(concurrency / POOL_SIZE))
+        verify = httpx.create_ssl_context() if self.base_url.startswith("https:") else False  # built once: ~60 ms
+        self._clients = [httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)), trust_env=False, headers=headers,
-            limits=httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4),
-        )
+            verify=verify,
+            limits=httpx.Limits(max_connections=POOL_SIZE + 1, max_keepalive_connections=POOL_SIZE + 1),
+        ) for _ in range(shards)]
+        self._busy = [0] * shards
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "model": self.model, "base_url": self.base_url, "timeout_s": self.timeout_s,
@@ -76,8 +84,10 @@ class EndpointPolicy:
     async def complete(self, request: dict[str, Any]) -> Reply:
         errors: list[str] = []
         for attempt in range(1, self.retries + 2):
+            shard = self._busy.index(min(self._busy))
+            self._busy[shard] += 1
             try:
-                resp = await self._client.post(f"{self.base_url}/chat/completions", json=request)
+                resp = await self._clients[shard].post(f"{self.base_url}/chat/completions", json=request)
             except self._errors as e:
                 errors.append(f"attempt {attempt}: {type(e).__name__}: {e}".rstrip(": "))
             else:
@@ -87,6 +97,8 @@ class EndpointPolicy:
                 errors.append(f"attempt {attempt}: HTTP {resp.status_code}: {text}")
                 if resp.status_code not in RETRY_STATUS:
                     raise PolicyError(f"endpoint answered HTTP {resp.status_code}: {text}", attempt, errors)
+            finally:
+                self._busy[shard] -= 1
             if attempt <= self.retries:
                 delay = min(BACKOFF_CAP_S, self.backoff_s * 2 ** (attempt - 1))
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
@@ -116,11 +128,12 @@ class EndpointPolicy:
     async def served_models(self) -> list[dict[str, Any]]:
         """`GET /v1/models` entries (vLLM reports `id` = served name and `root` = the path it loaded)."""
         try:
-            resp = await self._client.get(f"{self.base_url}/models", timeout=min(10.0, self.timeout_s))
+            resp = await self._clients[0].get(f"{self.base_url}/models", timeout=min(10.0, self.timeout_s))
             resp.raise_for_status()
             return list(resp.json().get("data") or [])
         except Exception:  # an endpoint without /v1/models: the caller falls back to the given name
             return []
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()

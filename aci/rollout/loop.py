@@ -32,6 +32,10 @@ from aci.rollout.policy import Policy, PolicyError, Reply, Settings
 from aci.rollout.trace import Step, TaskTrace, Turn
 from aci.state import append_jsonl, iso, read_jsonl
 
+# Graders that only read the response run on the loop (a thread hop costs more than they do); those that
+# run code, commands or an LLM judge run in a worker thread so they never stall other trajectories.
+INLINE_GRADERS = frozenset({"final-answer", "last-number", "choice", "regex", "tool-call"})
+
 
 @dataclass
 class Limits:
@@ -60,6 +64,7 @@ class Rollout:
     system_prompt: str | None = None
     success_threshold: float = 1.0
     grade: Callable[[dict, str, list[dict]], Any] = default_grade
+    default_grader: str | dict | None = None  # for tasks naming none (decides where grading runs)
     progress: Callable[[dict], None] | None = None
     should_stop: Callable[[], bool] | None = None
 
@@ -214,13 +219,25 @@ class _Task:
     def _offered_names(self, env: ToolEnv) -> list[str]:
         return [t["function"]["name"] for t in (self.task.get("tools") or env.tools)]
 
+    def _inline_grader(self) -> bool:
+        from aci.graders import parse_spec
+
+        spec = self.task.get("grader") or self.r.default_grader
+        try:
+            return spec is not None and parse_spec(spec)["type"] in INLINE_GRADERS
+        except ACIError:
+            return False
+
     async def _grade(self, started: str, duration: float, stop: str, error: str | None) -> TaskTrace:
         last = next((t.reply for t in reversed(self.turns) if t.reply is not None), None)
         final_text = (last or {}).get("content") or ""
         calls = [{"name": s.name, "arguments": s.arguments} for t in self.turns for s in t.steps
                  if s.kind == "tool_call" and s.name and s.arguments is not None]
         try:
-            score = await asyncio.to_thread(self.r.grade, self.task, final_text, calls)
+            if self._inline_grader():
+                score = self.r.grade(self.task, final_text, calls)
+            else:
+                score = await asyncio.to_thread(self.r.grade, self.task, final_text, calls)
             value, reason = float(score.score), score.reason
         except ACIError as e:  # the task lacks what its grader needs: a data error, recorded on the task
             value, reason, error = 0.0, f"not graded: {e}", error or str(e)
@@ -235,6 +252,44 @@ class _Task:
         return trace
 
 
+class _Writer:
+    """Appends finished tasks to their trial file off the event loop, in order, one whole line each.
+
+    Tasks that finish while a batch is being written form the next batch, so a slow disk (an fsync per
+    line) neither blocks the loop nor holds a rollout slot. `ran` and progress count written lines only.
+    """
+
+    def __init__(self, r: Rollout, counts: RunCounts):
+        self.r, self.counts = r, counts
+        self.pending: list[tuple[int, dict, bool]] = []
+        self.flushing: asyncio.Task | None = None
+
+    def add(self, trace: TaskTrace) -> None:
+        self.pending.append((trace.trial, trace.model_dump(mode="json", exclude_none=True), trace.success))
+        if self.flushing is None or self.flushing.done():
+            self.flushing = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self.pending:
+            batch, self.pending = self.pending, []
+            await asyncio.to_thread(self._append, batch)
+            self.counts.ran += len(batch)
+            self.counts.successes += sum(ok for _, _, ok in batch)
+            if self.r.progress:
+                self.r.progress({"done": self.counts.ran, "total": self.counts.pending,
+                                 "successes": self.counts.successes})
+
+    def _append(self, batch: list[tuple[int, dict, bool]]) -> None:
+        for trial, record, _ in batch:
+            append_jsonl(trial_path(self.r.out, trial), record)
+
+    async def close(self) -> None:
+        while self.flushing is not None and not self.flushing.done():
+            await self.flushing
+        if self.flushing is not None:
+            self.flushing.result()  # a write error (disk full) surfaces here
+
+
 async def run(r: Rollout) -> RunCounts:
     """Roll every (trial, task) pair not yet in `r.out`, `r.concurrency` at a time."""
     t_start = time.monotonic()
@@ -245,7 +300,7 @@ async def run(r: Rollout) -> RunCounts:
     done = {k: {t.task_id for t in v} for k, v in read_traces(r.out).items()}
     pending = [(k, t) for k in range(1, r.trials + 1) for t in r.tasks if t["id"] not in done.get(k, set())]
     counts = RunCounts(pending=len(pending), skipped_done=r.trials * len(r.tasks) - len(pending))
-    locks = {k: asyncio.Lock() for k in range(1, r.trials + 1)}
+    writer = _Writer(r, counts)
     sem = asyncio.Semaphore(r.concurrency)
 
     async def one(trial: int, task: dict) -> None:
@@ -260,15 +315,13 @@ async def run(r: Rollout) -> RunCounts:
                                   duration_s=0.0, stop_reason="policy-error", score=0.0,
                                   error=f"internal error: {type(e).__name__}: {e}", reason="not graded",
                                   success=False)
-            async with locks[trial]:
-                await asyncio.to_thread(append_jsonl, trial_path(r.out, trial), trace.model_dump(mode="json", exclude_none=True))
-            counts.ran += 1
-            counts.successes += int(trace.success)
-            if r.progress:
-                r.progress({"done": counts.ran, "total": counts.pending, "successes": counts.successes})
+        writer.add(trace)
 
     if pending:
         async with r.tools.running() if r.tools else nullcontext():
-            await asyncio.gather(*(one(k, t) for k, t in pending))
+            try:
+                await asyncio.gather(*(one(k, t) for k, t in pending))
+            finally:
+                await writer.close()
     counts.wall_s = round(time.monotonic() - t_start, 3)
     return counts

@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from aci.rollout.trace import Step, TaskTrace
@@ -29,14 +31,24 @@ def schema_errors(schema: dict[str, Any] | None, arguments: dict[str, Any]) -> s
     import jsonschema
 
     try:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        errors = sorted(cls(schema).iter_errors(arguments), key=lambda e: list(e.path))
+        errors = sorted(_validator(json.dumps(schema, sort_keys=True)).iter_errors(arguments), key=lambda e: list(e.path))
     except jsonschema.SchemaError as e:
         return f"the tool's own schema is invalid: {e.message}"
     if not errors:
         return None
     parts = [f"{'.'.join(str(p) for p in e.path) or '(arguments)'}: {e.message}" for e in errors[:3]]
     return "; ".join(parts) + (f" (+{len(errors) - 3} more)" if len(errors) > 3 else "")
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_json: str):
+    """One validator per distinct schema (building one costs more than validating)."""
+    import jsonschema
+
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 def check_call(step: Step, offered: dict[str, dict]) -> None:

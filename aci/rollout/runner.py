@@ -222,7 +222,7 @@ async def _execute(ctx: Context, cfg: RolloutConfig, progress) -> RunReport:
             tasks=tasks, policy=policy, out=cfg.out_dir, tools=tools, trials=cfg.trials, concurrency=cfg.concurrency,
             limits=Limits(cfg.max_turns, cfg.max_tool_calls, cfg.time_limit_s, cfg.tool_timeout_s),
             settings=cfg.settings, system_prompt=cfg.system_prompt, success_threshold=cfg.success_threshold,
-            grade=_grader(ctx, cfg), progress=progress,
+            grade=_grader(ctx, cfg), default_grader=cfg.grader, progress=progress,
             should_stop=lambda: (w := work_left()) is not None and w.total_seconds() <= 0,
         )
         counts: RunCounts = await run(rollout)

@@ -71,10 +71,12 @@ class RunTrajectoryOutput(ToolOutput):
         lines = [f"{self.action}: {self.out or self.base_url or ''}".rstrip()]
         if self.job:
             lines.append(f"job {self.job['id']} {self.job['status']} {self.job.get('progress') or ''}".rstrip())
-        if self.counts:
-            c = self.counts
-            lines.append(f"ran {c.get('ran')} trajectories ({c.get('skipped_done')} already done, "
-                         f"{c.get('not_started')} not started) in {c.get('wall_s')} s")
+        c = self.counts or {}
+        if "ran" in c:
+            lines.append(f"ran {c['ran']} trajectories ({c['skipped_done']} already done, "
+                         f"{c['not_started']} not started) in {c['wall_s']} s")
+        elif "done" in c:
+            lines.append(f"{c['done']} trajectories written so far")
         if self.metrics:
             lines += _metric_lines(self.metrics)
         if self.export:
