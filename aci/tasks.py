@@ -429,10 +429,11 @@ def _choice_answer(answer: Any, n: int, loc: str) -> str:
 def to_task(row: dict, loc: str, default_id: str) -> dict:
     """Turn one raw row into a validated task record (see the module docstring for the shapes).
 
-    Rows with a `gold` or `grader` key are taken as task records as they are (unknown keys are errors);
-    other shapes are adapted and their extra keys kept under `meta`.
+    Rows with a `gold` key are taken as task records as they are (unknown keys are errors); other shapes
+    are adapted (keeping their `id`, `type`, `subtype`, `grader`, `tools`, `meta`) and their extra keys
+    kept under `meta`.
     """
-    if "gold" in row or "grader" in row:
+    if "gold" in row:
         task = {"id": default_id, "subtype": None, "grader": None, "meta": {}, **row}
         if "type" not in task:
             task["type"] = _infer_type(task)

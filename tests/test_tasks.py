@@ -116,7 +116,8 @@ def test_adapters_for_common_shapes(tmp_path):
                                                                         "arguments": "{\"city\": \"Oslo\"}"}}]}],
          "tools": [{"name": "get_weather", "parameters": {"type": "object"}}]},
         {"question": "Which is a prime?", "choices": ["4", "6", "7", "8"], "answer": 2},
-        {"problem": "What is the capital of France?", "answer": "Paris", "context": "France is in Europe."},
+        {"problem": "What is the capital of France?", "answer": "Paris", "context": "France is in Europe.",
+         "grader": {"type": "final-answer", "normalize": ["strip", "lower"]}},
         {"id": "t9", "type": "code", "subtype": "strings", "messages": [{"role": "user", "content": "write f"}],
          "gold": {"answer": "def f(): return 1", "tests": "assert f() == 1"}, "grader": "unit-tests", "meta": {"k": 1}},
     ])
@@ -135,6 +136,7 @@ def test_adapters_for_common_shapes(tmp_path):
     assert mcq["type"] == "mcq" and mcq["grader"] == "choice" and mcq["gold"]["answer"] == "C"
     assert "C. 7" in mcq["messages"][0]["content"]
     assert qa["type"] == "qa" and qa["meta"]["passage"] == "France is in Europe."
+    assert qa["grader"] == {"type": "final-answer", "normalize": ["strip", "lower"]}
     assert qa["messages"][0]["content"].startswith("France is in Europe.")
     assert code == {"id": "t9", "type": "code", "subtype": "strings", "messages": [{"role": "user", "content": "write f"}],
                     "gold": {"answer": "def f(): return 1", "tests": "assert f() == 1"}, "grader": "unit-tests",
