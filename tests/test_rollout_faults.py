@@ -158,8 +158,9 @@ def test_sigkill_then_resume_without_duplicates(workdir):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (trial.exists() and len(lines(trial)) >= 3):
             time.sleep(0.05)
-        pid = jobs.view(state, job_id).pid
-        os.killpg(pid, signal.SIGKILL)
+        running = jobs.view(state, job_id)
+        assert running.status == "running" and running.progress["total"] == n and running.progress["done"] >= 1
+        os.killpg(running.pid, signal.SIGKILL)
         while jobs.view(state, job_id).status == "running" and time.monotonic() < deadline:
             time.sleep(0.1)
         view = jobs.view(state, job_id)

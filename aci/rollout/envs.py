@@ -143,7 +143,7 @@ def function_schema(name: str, fn: Callable) -> dict[str, Any]:
 
 
 def load_module(spec: str, base: Path):
-    """Import `pkg.module` or a `.py` file (relative paths against `base`)."""
+    """Import `pkg.module` (from the workdir or the installed packages) or a `.py` file (relative to `base`)."""
     if spec.endswith(".py") or "/" in spec or "\\" in spec:
         path = Path(spec)
         path = path if path.is_absolute() else base / path
@@ -159,6 +159,8 @@ def load_module(spec: str, base: Path):
             sys.modules.pop(name, None)
             raise ACIError(f"tool module {path} failed to import: {type(e).__name__}: {e}") from None
         return module
+    if str(base) not in sys.path:  # `pkg.module` is looked up in the workdir too, as `python -m` would
+        sys.path.insert(0, str(base))
     try:
         return importlib.import_module(spec)
     except ImportError as e:
