@@ -8,8 +8,9 @@ full confidence, so these are checked like code:
   `description` of at most 1024 characters without angle brackets);
 * length limits (the entry `SKILL.md` < 200 lines, every other file < 500);
 * every relative link (and `#anchor`) resolves, inside the files that ship with the bundle;
-* every `aci <command> [action] --option` written in code (and `aci <command>` in prose) exists in the
-  CLI generated from the registry (MCP tool names and fields are the same);
+* every `aci <command> [action] --option` written in code (and `aci <command>` in prose, and each
+  `action` a tools-table row names beside its `aci <tool>`) exists in the CLI generated from the
+  registry (MCP tool names and fields are the same);
 * every `skills/<name>` and `workflows/<name>.md` mentioned exists;
 * `rules/integrity.md` has one `### <rule-id>` section per rule in `rules/rules.yaml` and no other, and
   each section names the tools that enforce it;
@@ -200,6 +201,7 @@ def check_command(tokens: list[str], glob: dict[str, bool], commands: dict[str, 
 
 
 _ACI_PROSE = re.compile(r"(?<![\w./`-])aci ([a-z][a-z0-9-]*)")
+_TOOL_ROW = re.compile(r"^\|\s*`aci ([a-z0-9-]+)`\s*\|(.*)$")
 
 
 def _invocations(tokens: list[str]) -> list[list[str]]:
@@ -227,6 +229,14 @@ def check_commands(docs: list[Doc]) -> list[Problem]:
                 for opt in (t.split("=", 1)[0] for t in tokens if t.startswith("--")):
                     if opt not in all_options and opt not in EVALUATE_PY_OPTIONS:
                         problems.append(Problem(doc.rel, n, f"option {opt} is not an option of any aci command"))
+        for n, line in enumerate(doc.lines, 1):  # a tools table row: `aci X` | `action`, ...
+            row = _TOOL_ROW.match(line)
+            cmd = commands.get(row.group(1)) if row else None
+            if cmd is not None and cmd.choices:
+                for word in re.findall(r"`([a-z][a-z-]*)`", row.group(2)):
+                    if word not in cmd.choices:
+                        problems.append(Problem(doc.rel, n, f"aci {row.group(1)}: table names unknown action "
+                                                            f"{word!r} (actions: {', '.join(cmd.choices)})"))
         for n, line in prose:
             for m in _ACI_PROSE.finditer(line):
                 if m.group(1) not in commands:

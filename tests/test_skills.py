@@ -94,6 +94,23 @@ def test_the_checker_reads_many_commands():
     assert sum(len(v) for v in seen.values()) >= 40
 
 
+@pytest.mark.parametrize("profile", ["posttrainbench", "default"])
+def test_workflow_stages_are_what_plan_reports(tmp_path, profile):
+    from aci.context import Context
+
+    ctx = Context(state=tmp_path / "state", workdir=tmp_path)
+    out = registry.call("plan", {"action": "init", "base_model": "m", "benchmark": "b", "profile": profile,
+                                 "budget_hours": 10, "eval_command": "python e.py --model-path {model_path}"}, ctx)
+    reported = [(p.name, p.gate, p.allocated_min) for p in out.phases]
+    text = (ROOT / "workflows" / "posttrain.md").read_text()
+    stages = [(m.group(2), m.group(3)) for m in map(bundle_check.STAGE_RE.match, text.splitlines()) if m]
+    assert stages == [(name, gate) for name, gate, _ in reported]
+    col = 2 if profile == "posttrainbench" else 3
+    for name, _, minutes in reported:
+        row = next(ln for ln in text.splitlines() if ln.startswith(f"| `{name}` |"))
+        assert f"({minutes:g} min)" in row.split("|")[col + 1], (name, row)
+
+
 # -- the command parser ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def vocab():
@@ -150,6 +167,11 @@ def test_renamed_option_in_markdown_fails(copy):
 def test_renamed_action_in_markdown_fails(copy):
     edit(copy / "skills" / "recon" / "SKILL.md", "aci plan update --targets", "aci plan upgrade --targets")
     assert "aci plan: unknown action 'upgrade'" in messages(check(copy))
+
+
+def test_unknown_action_in_tools_table_fails(copy):
+    edit(copy / "SKILL.md", "| `aci plan` | `init`, `show`, `update`", "| `aci plan` | `init`, `view`, `update`")
+    assert "aci plan: table names unknown action 'view'" in messages(check(copy))
 
 
 def test_unknown_command_in_prose_fails(copy):
