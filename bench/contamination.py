@@ -100,7 +100,7 @@ def main() -> None:
         t0 = time.perf_counter()
         texts = [C.clean(r.text) for r in C.training_rows(train)]
         for k in range(0, len(texts), C.BATCH):
-            enc.encode_ordinary_batch(texts[k:k + C.BATCH])
+            C.tokenize(enc, texts[k:k + C.BATCH])
         t_tok = time.perf_counter() - t0
         del texts
         t0 = time.perf_counter()

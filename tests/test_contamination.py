@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aci import contamination as C
 from aci import manifest, registry
@@ -59,6 +61,22 @@ def test_cleaning_and_cl100k_tokens():
     assert C.clean("?!") == ""
     enc = C.encoding()
     assert enc.encode_ordinary(C.clean("Hello world")) == [24748, 1917]  # cl100k ids of " hello", " world"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(max_size=40) | st.sampled_from(["", "?!", "9:15 a.m.", "naïve café", "x\u2028y", "１２３"]),
+                max_size=8))
+def test_joined_tokenisation_equals_one_call_per_text(texts):
+    enc = C.encoding()
+
+    class NoFallback:  # the joined path must line up by itself
+        encode_ordinary = staticmethod(enc.encode_ordinary)
+
+        def encode_ordinary_batch(self, texts):
+            raise AssertionError("pieces did not line up")
+
+    cleaned = [C.clean(t) for t in texts]
+    assert C.tokenize(NoFallback(), cleaned) == [enc.encode_ordinary(t) for t in cleaned]
 
 
 @pytest.mark.parametrize("length,required", [(10, 1.0), (20, 1.0), (35, 0.9), (50, 0.8), (400, 0.8)])
