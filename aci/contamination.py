@@ -12,14 +12,16 @@ Mode `simple` (this module's reading of the judges' algorithm, written from its 
 - Reference items: question = user turns / `question`, answer = `answer` / gold (the worked solution
   when kept), passage = `passage`/`context`/`document` (`aci.tasks.record_texts`). An item whose
   question has fewer than 20 tokens or fewer than 4 unique words is skipped (and counted).
-- Index: the question's 5-grams in a dict n-gram -> posting list of items; per item the sets of its
-  question 5-grams, answer 3-grams and passage 4-grams. IDF of an n-gram = ln(1 + N / df), df = number
-  of indexed items whose same component holds it.
+- Index: per item the sets of its question 5-grams, answer 3-grams and passage 4-grams. IDF of an
+  n-gram = ln(1 + N / df), df = number of indexed items whose same component holds it.
 - Scan of one training row (all of its text: every turn, tool calls, passage): seeds are the 5-grams at
-  token positions 0, 10, 20, ...; a seed found in the index starts a cluster for each item of its
-  posting list, expanded one position at a time to the right and to the left while that item's
-  consecutive misses stay <= 11 (question) ; matched n-grams accumulate per item over the row.
+  token positions 0, 10, 20, ...; a seed that an item holds starts a cluster for that item, extended
+  to the left and to the right over the positions whose 5-gram the item holds, while no more than 11
+  positions in a row miss (question; passage: 2); matched n-grams accumulate per item over the row.
   Question score = IDF-weighted share of the item's unique question n-grams that were matched.
+  Speed: the row's 5-grams are looked up once in a probe index that holds only each item's rarest
+  n-grams, enough of them that a row holding none cannot reach the item's required score; only items
+  found there are scored (exact pruning, tested against scoring every item).
 - Answer score: the answer is looked for in a window of max(2 x answer length, 30) tokens around the
   question cluster: the IDF-weighted share of its 3-grams found there, or, for an answer of fewer than
   3 tokens, 1 when its exact token sequence occurs there, else 0.
@@ -38,7 +40,7 @@ Mode `simple` (this module's reading of the judges' algorithm, written from its 
   worked solution) is also indexed on its own, as 5-grams with the question's seeds and expansion, and a
   row whose share of it reaches the required score for the answer's length is flagged (component
   "answer"): training on a test item's solution is training on its answer with the question reworded.
-  Matches the judges' score alone flags are component "combined".
+  Rows the judges' weighted score alone flags are component "combined".
 
 Mode `ngram13`: the classic long-n-gram test: cleaned words, every 13-gram of the row against the
 13-grams of each item's question and answer; a row sharing any 13-gram with an item is contaminated
