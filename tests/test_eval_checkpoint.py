@@ -1,0 +1,343 @@
+"""`eval-checkpoint` through the real registry (and once the stdio MCP server): the three evaluators,
+trials and ranges, failures recorded, comparisons, and keep-best promotion with LoRA merging."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from aci import records, registry
+from aci.errors import ACIError
+from aci.evaluation import command, stats, swap
+from aci.summary import gates
+from tests.conftest import mcp_client
+from tests.eval_helpers import (
+    call,
+    copy_model,
+    ctx,
+    entries,
+    eval_command,
+    init_run,
+    make_lora,
+    plant,
+    register,
+    single_thread,  # noqa: F401 (fixture)
+)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def test_eval_command_result_is_recorded_as_one_event(workdir, tiny_model):
+    c = init_run(workdir, tiny_model)
+    commits = len(c.state.history())
+    out = call(workdir, checkpoint="base", limit=40)
+    e = out.result
+    assert (e["checkpoint"], e["evaluator"], e["limit"], e["samples"], e["seeds"]) == ("base", "eval-command", 40, 40, [0])
+    assert e["score"] == pytest.approx(0.2) and e["range"] == [pytest.approx(0.2)] * 2 and e["metric"] == "accuracy"
+    assert e["duration_s"] > 0 and e["error"] is None
+    assert entries(workdir) == [e]
+    records.CheckpointEntry.model_validate(e)
+    assert len(c.state.history()) == commits + 1  # one event, one commit
+    metrics = c.state.root / "evals" / e["eval_id"] / "seed-0.metrics.json"
+    assert json.loads(metrics.read_text())["accuracy"] == pytest.approx(0.2)
+    assert f"evals/{e['eval_id']}/seed-0.metrics.json" in _tracked(c)
+    assert gates(ctx(workdir))["baseline"].passed  # 40 >= the default minimum of 32
+    assert out.warnings == []
+
+
+def _tracked(c) -> str:
+    import git
+
+    return git.Repo(c.state.root).git.ls_files()
+
+
+def test_eval_command_arguments_and_metrics_parsing(tmp_path):
+    cmd = "python evaluate.py --model-path {model_path} --limit {limit} --json-output-file {output} --seed={seed}"
+    assert command.argv(cmd, model_path="/m dir/x", limit=None, output=tmp_path / "o.json", seed=3) == [
+        "python", "evaluate.py", "--model-path", "/m dir/x", "--json-output-file", str(tmp_path / "o.json"), "--seed=3"]
+    assert command.argv(cmd, model_path="m", limit=50, output=tmp_path / "o.json", seed=0)[5] == "50"
+    assert command.pick_score({"accuracy": 0.5, "stderr": 0.1}, None, "f") == ("accuracy", 0.5)
+    assert command.pick_score({"pass_rate": 0.7, "stderr": 0.1, "n_examples": 9}, None, "f") == ("pass_rate", 0.7)
+    assert command.pick_score({"results": {"gsm8k": {"em": 0.25}}}, "results.gsm8k.em", "f") == ("results.gsm8k.em", 0.25)
+    with pytest.raises(ACIError, match="cannot tell which value"):
+        command.pick_score({"a": 0.1, "b": 0.2}, None, "f")
+    assert command.sample_count({"accuracy": 0.5, "n_examples": 245}) == 245
+
+
+def test_metric_key_and_sample_count_come_from_the_json(workdir, tiny_model):
+    init_run(workdir, tiny_model, command=eval_command("--metric", "pass_rate", "--n-examples", "37"),
+             metric_key="pass_rate")
+    e = call(workdir, checkpoint="base", limit=50).result
+    assert (e["score"], e["samples"], e["metric"]) == (pytest.approx(0.2), 37, "pass_rate")
+
+
+def test_trials_give_a_mean_and_a_range_and_small_samples_warn(workdir, tiny_model):
+    init_run(workdir, tiny_model, command=eval_command("--seed", "{seed}"))
+    out = call(workdir, checkpoint="base", limit=10, trials=3)
+    e = out.result
+    assert e["seeds"] == [0, 1, 2]
+    assert e["scores"] == [pytest.approx(0.19), pytest.approx(0.20), pytest.approx(0.21)]
+    assert e["score"] == pytest.approx(0.2) and e["range"] == [pytest.approx(0.19), pytest.approx(0.21)]
+    assert any("under the minimum of 32" in w and "min-eval-samples" in w for w in out.warnings)
+    assert not gates(ctx(workdir))["baseline"].passed  # 10 samples do not count
+    assert "range 0.19..0.21" in out.summary()
+    e2 = call(workdir, checkpoint="base", limit=40, seeds=[5, 6]).result
+    assert e2["seeds"] == [5, 6] and e2["scores"] == [pytest.approx(0.21), pytest.approx(0.19)]
+
+
+FAILURES = {
+    "exit-code": (eval_command("--exit-code", "3"), {}, "exited with code 3"),
+    "no-json": (eval_command("--no-json"), {}, "wrote no metrics JSON"),
+    "wrong-key": (eval_command(), {"metric_key": "f1"}, "metric key 'f1' is not in"),
+    "timeout": (eval_command("--sleep", "60"), {"timeout_s": 1}, "timed out after 1 s"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILURES))
+def test_a_failing_eval_command_is_a_clear_error_recorded_in_state_and_promotes_nothing(workdir, tiny_model, name):
+    cmd, extra, message = FAILURES[name]
+    c = init_run(workdir, tiny_model)
+    copy_model(tiny_model, workdir / "ck", 0.9)
+    with pytest.raises(ACIError) as err:
+        call(workdir, checkpoint="ck", parent="base", limit=40, command=cmd, promote=True, **extra)
+    assert message in str(err.value) and "recorded in checkpoints.jsonl" in str(err.value)
+    [e] = entries(workdir)
+    assert e["checkpoint"] == "ck" and message in e["error"] and e["score"] is None
+    assert c.state.journal(1)[0]["kind"] == "eval" and "failed" in c.state.journal(1)[0]["message"]
+    assert not (workdir / "final_model").exists() and c.state.read(records.BEST) is None
+    assert not list((workdir / ".aci").iterdir())  # the throw-away evaluation folder is gone
+    with pytest.raises(ACIError) as refused:  # a failed evaluation cannot justify a promotion either
+        call(workdir, action="promote", checkpoint="ck")
+    assert refused.value.rule == "keep-best" and not (workdir / "final_model").exists()
+
+
+def _task_folder(workdir: Path) -> Path:
+    folder = workdir / "lm_tasks"
+    folder.mkdir()
+    rows = [{"question": f"What is {i} plus {i}?", "answer": str(2 * i)} for i in range(12)]
+    (folder / "toy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "toy.yaml").write_text(
+        "task: toy_add\ndataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {folder / 'toy.jsonl'}\ntest_split: test\n"
+        "output_type: multiple_choice\ndoc_to_text: \"Q: {{question}}\\nA:\"\n"
+        "doc_to_choice: [\"{{answer}}\", \"seven\"]\ndoc_to_target: 0\n"
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n")
+    return folder
+
+
+def test_lm_eval_task_from_a_local_yaml_folder(workdir, tiny_model):
+    init_run(workdir, tiny_model)
+    _task_folder(workdir)
+    e = call(workdir, checkpoint="base", evaluator="lm-eval", task="toy_add", task_dir="lm_tasks", limit=8).result
+    assert e["evaluator"].startswith("lm-eval:toy_add@") and e["samples"] == 8 and e["metric"] == "acc,none"
+    samples = json.loads((ctx(workdir).state.root / "evals" / e["eval_id"] / "samples.json").read_text())
+    per = samples["trials"][0]["per_sample"]
+    assert sorted(per, key=int) == [str(i) for i in range(8)] and set(per.values()) <= {0.0, 1.0}
+    assert e["score"] == pytest.approx(sum(per.values()) / 8)
+    with pytest.raises(ACIError, match="no task 'nope'"):
+        call(workdir, checkpoint="base", evaluator="lm-eval", task="nope", task_dir="lm_tasks", limit=8)
+
+
+def _dev_set(path: Path, n: int = 34) -> Path:
+    rows = []
+    for i in range(n):
+        if i % 2:  # a regex every reply matches: scores 1
+            rows.append({"id": f"any-{i}", "messages": [{"role": "user", "content": f"Say anything ({i})."}],
+                         "gold": {"answer": "x"}, "grader": {"type": "regex", "pattern": ".*"}})
+        else:  # an answer a random tiny model cannot produce: scores 0
+            rows.append({"id": f"num-{i}", "question": f"What is 123456789 times {i}?", "answer": "98765432123456789"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_dev_set_is_generated_and_graded_per_task(workdir, tiny_model):
+    init_run(workdir, tiny_model)
+    _dev_set(workdir / "dev.jsonl")
+    out = call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", default_grader="last-number",
+               max_new_tokens=6, batch_size=17)
+    e = out.result
+    assert e["evaluator"].startswith("dev:dev.jsonl@") and e["samples"] == 34 and e["limit"] is None
+    assert e["score"] == pytest.approx(0.5)  # exactly the 17 regex tasks
+    folder = ctx(workdir).state.root / "evals" / e["eval_id"]
+    replies = [json.loads(line) for line in (folder / "seed-0.responses.jsonl").read_text().splitlines()]
+    assert len(replies) == 34 and all(r["score"] == (1.0 if r["id"].startswith("any") else 0.0) for r in replies)
+    per = json.loads((folder / "samples.json").read_text())["trials"][0]["per_sample"]
+    assert per["any-1"] == 1.0 and per["num-0"] == 0.0
+    with pytest.raises(ACIError, match="names no grader"):  # tasks without a grader need a default
+        call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", limit=2)
+
+
+def test_promotion_keeps_the_better_checkpoint_and_refuses_a_worse_one(workdir, tiny_model):
+    c = init_run(workdir, tiny_model, command=eval_command("--seed", "{seed}"))
+    for step, score in ((10, 0.5), (20, 0.9), (30, 0.52)):
+        copy_model(tiny_model, workdir / "runs" / f"checkpoint-{step}", score)
+        register(workdir, f"job1/checkpoint-{step}", workdir / "runs" / f"checkpoint-{step}")
+    with pytest.raises(ACIError) as err:  # nothing to compare with yet
+        call(workdir, action="promote", checkpoint="job1/checkpoint-10")
+    assert err.value.rule == "keep-best" and "no evaluation with the same evaluator and limit" in str(err.value)
+    call(workdir, checkpoint="base", limit=100, trials=3)
+    out = call(workdir, checkpoint="job1/checkpoint-10", limit=100, trials=3, promote=True)
+    assert out.comparison.method == "ranges" and out.comparison.beats and out.promotion.promoted
+    assert out.comparison.delta == pytest.approx(0.3)
+    # 30 (0.51..0.53) vs 10 (0.49..0.51): the ranges overlap at 0.51, so the gain is not shown
+    out = call(workdir, checkpoint="job1/checkpoint-30", limit=100, trials=3, promote=True)
+    assert not out.comparison.beats and "overlap" in out.comparison.reason
+    assert not out.promotion.promoted and "[rule keep-best]" in out.promotion.notes[-1]
+    out = call(workdir, checkpoint="job1/checkpoint-20", limit=100, trials=3, promote=True)
+    assert out.promotion.promoted and out.promotion.reference == "job1/checkpoint-10"
+    with pytest.raises(ACIError) as err:  # 10 is worse than the new best
+        call(workdir, action="promote", checkpoint="job1/checkpoint-10")
+    assert err.value.rule == "keep-best" and "does not beat job1/checkpoint-20" in str(err.value)
+    best = c.state.read(records.BEST)
+    assert best["checkpoint"] == "job1/checkpoint-20" and best["score"] == pytest.approx(0.9)
+    assert best["range"] == [pytest.approx(0.89), pytest.approx(0.91)] and best["samples"] == 100
+    final = workdir / "final_model"
+    assert json.loads((final / "config.json").read_text())["aci_test_score"] == 0.9
+    assert swap.verify(final) == [] and swap.marker(final)["checkpoint"] == "job1/checkpoint-20"
+    promotes = [e for e in c.state.journal() if e["kind"] == "promote"]
+    assert [e["data"]["checkpoint"] for e in promotes] == ["job1/checkpoint-10", "job1/checkpoint-20"]
+    g = gates(ctx(workdir))
+    assert g["first-promoted"].passed and "job1/checkpoint-20" in g["first-promoted"].evidence
+    listed = call(workdir, action="list", checkpoint="job1/checkpoint-30").evaluations
+    assert [e["score"] for e in listed] == [pytest.approx(0.52)]
+    cmp = call(workdir, action="compare", checkpoint="job1/checkpoint-20", against="base").comparison
+    assert cmp.beats and cmp.delta == pytest.approx(0.7)
+
+
+def test_promotion_needs_enough_samples_and_a_checkpoint_derived_from_base(workdir, tiny_model):
+    init_run(workdir, tiny_model)
+    copy_model(tiny_model, workdir / "other", 0.9)
+    copy_model(tiny_model, workdir / "mine", 0.9)
+    call(workdir, checkpoint="base", limit=10)
+    out = call(workdir, checkpoint="mine", parent="base", limit=10, promote=True)
+    assert not out.promotion.promoted and "[rule min-eval-samples]" in out.promotion.notes[-1]
+    call(workdir, checkpoint="base", limit=40)
+    call(workdir, checkpoint="other", limit=40)  # registered without a parent
+    with pytest.raises(ACIError) as err:
+        call(workdir, action="promote", checkpoint="other")
+    assert err.value.rule == "base-model-only"
+    out = call(workdir, checkpoint="mine", limit=40, promote=True)
+    assert out.promotion.promoted and out.comparison.method == "two-proportion z-test"
+
+
+def test_base_can_be_promoted_first_as_a_floor(workdir, tiny_model):
+    c = init_run(workdir, tiny_model)
+    with pytest.raises(ACIError, match="evaluate base before promoting"):
+        call(workdir, action="promote", checkpoint="base")
+    call(workdir, checkpoint="base", limit=40)
+    out = call(workdir, action="promote", checkpoint="base")
+    assert out.promotion.promoted and c.state.read(records.BEST)["checkpoint"] == "base"
+    with pytest.raises(ACIError, match="already final_model"):
+        call(workdir, action="promote", checkpoint="base")
+
+
+def test_lora_checkpoint_is_merged_with_template_processor_files_and_end_of_turn(workdir, tiny_model):
+    templates = workdir / "templates"
+    templates.mkdir()
+    from aci.embedded import CHATML_TEMPLATE
+
+    (templates / "qwen.jinja").write_text(CHATML_TEMPLATE.replace("You may call tools.", "Tools available."))
+    c = init_run(workdir, tiny_model, template="templates/qwen.jinja")
+    base = workdir / "base"
+    (base / "preprocessor_config.json").write_text('{"image_processor_type": "Gemma3ImageProcessor"}')
+    gen = json.loads((base / "generation_config.json").read_text())
+    (base / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": 0}))  # no end-of-turn
+    adapter = make_lora(base, workdir / "runs" / "lora" / "checkpoint-5")
+    shutil.copy(base / "generation_config.json", adapter)  # as a trainer saves it: eos 0 only
+    plant(adapter, 0.8, "generation_config.json")  # the stand-in evaluator's score for the merged model
+    register(workdir, "lora/checkpoint-5", adapter, adapter=True)
+    call(workdir, checkpoint="base", limit=40)
+    out = call(workdir, checkpoint="lora/checkpoint-5", limit=40, promote=True)
+    assert out.result["score"] == pytest.approx(0.8) and out.promotion.promoted
+    final = workdir / "final_model"
+    names = {p.name for p in final.iterdir()}
+    assert not names & {"adapter_config.json", "adapter_model.safetensors"} and "model.safetensors" in names
+    assert (final / "preprocessor_config.json").is_file()
+    assert (final / "chat_template.jinja").read_text() == (templates / "qwen.jinja").read_text()
+    assert json.loads((final / "tokenizer_config.json").read_text())["chat_template"] == (templates / "qwen.jinja").read_text()
+    assert json.loads((final / "generation_config.json").read_text())["eos_token_id"] == [2, 0]  # <|im_end|> first
+
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    expected = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+                                         str(adapter)).merge_and_unload().state_dict()
+    merged = load_file(final / "model.safetensors")
+    key = "model.layers.0.self_attn.q_proj.weight"
+    assert torch.allclose(merged[key], expected[key])
+    assert not torch.allclose(merged[key], load_file(base / "model.safetensors")[key])
+    fin = registry.call("finalize", {}, c)
+    assert fin.passed, [i for i in fin.items if not i.passed]
+
+
+def test_background_evaluation_runs_as_a_job_and_can_promote(workdir, tiny_model):
+    c = init_run(workdir, tiny_model)
+    copy_model(tiny_model, workdir / "ck", 0.7)
+    call(workdir, checkpoint="base", limit=40)
+    out = call(workdir, checkpoint="ck", parent="base", limit=40, background=True, promote=True)
+    assert out.job and out.job.kind == "eval"
+    done = Path(out.job.folder) / "exit.json"
+    for _ in range(600):
+        if done.exists():
+            break
+        time.sleep(0.1)
+    from aci import jobs
+
+    view = jobs.view(c.state, out.job.id)
+    assert view.status == "succeeded", view.log_tail
+    e = entries(workdir)[-1]
+    assert (e["checkpoint"], e["job"], e["score"]) == ("ck", out.job.id, pytest.approx(0.7))
+    assert view.progress["done"] and view.progress["eval_id"] == e["eval_id"]
+    assert c.state.read(records.BEST)["checkpoint"] == "ck"
+
+
+def test_compare_states_its_method_and_decision():
+    def ev(score, n, scores=None):
+        scores = scores or [score]
+        return {"evaluator": "e", "limit": n, "score": score, "samples": n, "scores": scores,
+                "range": (min(scores), max(scores))}
+
+    c = stats.compare("a", ev(0.6, 100, [0.58, 0.6, 0.62]), None, "b", ev(0.5, 100, [0.48, 0.5, 0.52]), None, 32)
+    assert (c.method, c.decided, c.beats) == ("ranges", True, True)
+    c = stats.compare("a", ev(0.55, 100, [0.5, 0.55, 0.6]), None, "b", ev(0.5, 100, [0.48, 0.5, 0.52]), None, 32)
+    assert (c.method, c.beats) == ("ranges", False) and "overlap" in c.reason
+    c = stats.compare("a", ev(0.6, 40), None, "b", ev(0.3, 40), None, 32)
+    assert c.method == "two-proportion z-test" and c.beats and c.p_value < 0.01 and c.ci[0] < 0.3 < c.ci[1]
+    c = stats.compare("a", ev(0.35, 40), None, "b", ev(0.3, 40), None, 32)
+    assert c.decided and not c.beats and c.p_value > 0.05
+    a = {str(i): 1.0 if i < 30 else 0.0 for i in range(40)}
+    b = {str(i): 1.0 if i < 20 else 0.0 for i in range(40)}
+    c = stats.compare("a", ev(0.75, 40), a, "b", ev(0.5, 40), b, 32)
+    assert c.method == "paired bootstrap" and c.beats and c.ci[0] > 0
+    c = stats.compare("a", ev(0.9, 10), None, "b", ev(0.1, 10), None, 32)
+    assert not c.decided and "min-eval-samples" in c.reason
+    c = stats.compare("a", ev(12.0, 40), None, "b", ev(10.0, 40), None, 32)
+    assert c.method == "none" and not c.decided
+
+
+def test_eval_checkpoint_through_the_stdio_mcp_server(workdir, tiny_model):
+    init_run(workdir, tiny_model)
+    copy_model(tiny_model, workdir / "ck", 0.6)
+
+    async def go():
+        async with mcp_client(workdir) as client:
+            r = await client.call_tool("eval-checkpoint", {"action": "evaluate", "checkpoint": "base", "limit": 40})
+            assert not r.is_error, r.content
+            assert r.structured_content["result"]["score"] == pytest.approx(0.2)
+            r = await client.call_tool("eval-checkpoint", {"checkpoint": "ck", "parent": "base", "limit": 40,
+                                                           "promote": True})
+            assert not r.is_error, r.content
+            s = r.structured_content
+            assert s["promotion"]["promoted"] and s["comparison"]["beats"] and s["run"]["best"]["checkpoint"] == "ck"
+            r = await client.call_tool("eval-checkpoint", {"action": "promote", "checkpoint": "base"})
+            assert r.is_error and "[rule keep-best]" in r.content[0].text
+
+    asyncio.run(go())
+    assert swap.marker(workdir / "final_model")["checkpoint"] == "ck"
