@@ -21,6 +21,11 @@ Feature sets, chosen from the first records' content unless named:
   the verbs in the tool name (`READ_VERBS`, `WRITE_VERBS`); names matching neither count as reads and
   are listed as `unclassified`.
 
+An SFT sample has no gold or sub-type of its own: `returns_info` reads `meta.gold` or the bool
+`meta.returns_info`, and `subtype` reads `meta.subtype`, when present. A feature the candidate has no
+value for at all is listed as not comparable (and left out of pass/fail) rather than failed, so that
+samples can be compared with the benchmark's tasks on everything they do carry.
+
 Comparison (candidate vs target): per bin, the gap in percentage points (candidate share - target
 share); per feature, the total-variation distance (half the L1 distance of the two distributions, 0..1);
 a feature FAILS when any bin's |gap| exceeds the tolerance. Quotas, for a final size N: per bin,
@@ -232,16 +237,18 @@ class Extractor:
         else:
             kind = self._kind
             writes = sum(1 for n in names if kind(n) == "write")
-            if is_task:
-                gold = rec.get("gold") or {}
+            # A sample carries no gold or sub-type of its own; its task's may travel in `meta`.
+            meta = {} if is_task or not isinstance(rec.get("meta"), dict) else rec["meta"]
+            gold = rec.get("gold") if is_task or isinstance(rec.get("gold"), dict) else meta.get("gold")
+            if isinstance(gold, dict):
                 info = "yes" if gold.get("answer") not in (None, "") or gold.get("claims") else "no"
             else:
-                gold = rec.get("gold")
-                info = None if not isinstance(gold, dict) else (
-                    "yes" if gold.get("answer") not in (None, "") or gold.get("claims") else "no")
-            sub = rec.get("subtype")
+                flag = meta.get("returns_info")
+                info = ("yes" if flag else "no") if isinstance(flag, bool) else None
+            sub = rec.get("subtype") if is_task or "subtype" in rec else meta.get("subtype")
+            known = is_task or "subtype" in rec or "subtype" in meta
             out = [len(names), len(set(names)), writes, "yes" if writes >= 2 else "no", info, names,
-                   sub if isinstance(sub, str) and sub else ("none" if is_task or "subtype" in rec else None)]
+                   sub if isinstance(sub, str) and sub else ("none" if known else None)]
         for name, fn in self.custom:
             try:
                 out.append(fn(rec))
@@ -497,14 +504,13 @@ def compare(target: dict, candidate: dict, tolerance_pp: float, size: int | None
     if size is not None and size < n:
         raise ACIError(f"size {size} is below the candidate's {n} records; quotas only add samples")
     size = size or min_size(target, candidate)
-    features, quotas = {}, []
+    features, quotas, not_comparable = {}, [], []
     for name, t in target["features"].items():
         if not t["records"]:
             continue
         c = candidate["features"].get(name)
         if not c or not c["records"]:
-            features[name] = {"passed": False, "tv": 1.0, "max_gap_pp": 100.0, "bins": [],
-                              "note": "the candidate has no value for this feature"}
+            not_comparable.append(name)
             continue
         ts, cs = _shares(t), _shares(c)
         order = list(t["counts"]) + [b for b in c["counts"] if b not in t["counts"]]
@@ -530,9 +536,9 @@ def compare(target: dict, candidate: dict, tolerance_pp: float, size: int | None
                 entry["excess_bins"] = excess
         features[name] = entry
     quotas.sort(key=lambda q: (-q["relative_deficit"], -q["need"], q["feature"], q["bin"]))
-    return {"tolerance_pp": tolerance_pp, "passed": all(f["passed"] for f in features.values()),
-            "failed": [k for k, f in features.items() if not f["passed"]], "size": size, "candidate_records": n,
-            "features": features, "quotas": quotas}
+    return {"tolerance_pp": tolerance_pp, "passed": bool(features) and all(f["passed"] for f in features.values()),
+            "failed": [k for k, f in features.items() if not f["passed"]], "not_comparable": not_comparable,
+            "size": size, "candidate_records": n, "features": features, "quotas": quotas}
 
 
 def _quotas(name: str, t: dict, c: dict, size: int) -> tuple[list[dict], float]:

@@ -204,6 +204,32 @@ def test_writes_gap_fails_and_applied_quotas_pass(workdir):
     assert fixed.features["writes"]["mean"] == pytest.approx(1.56, abs=0.01)
 
 
+def test_exported_samples_compare_with_the_benchmark_tasks(workdir):
+    """Rollout exports are SFT samples without gold or sub-type: those features are not comparable
+    (not failed) unless the task's sub-type and information flag travel in `meta`."""
+    write_jsonl(workdir / "target.jsonl", tau2_target())
+    run(workdir, path="target.jsonl", save="target-hist.json", role="reference", record=False)
+
+    def sample(i: int, writes: int, meta: dict) -> dict:
+        calls = retail(i, writes, False)["gold"]["tool_calls"]
+        turns = [{"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}]}
+            for c in calls]
+        return {"messages": [SYSTEM, {"role": "user", "content": "Help."}, *turns,
+                             {"role": "assistant", "content": "Done."}], "meta": {"task_id": f"t{i}", **meta}}
+
+    write_jsonl(workdir / "sft.jsonl", [sample(i, 1 if i < 61 else 2 if i < 83 else 3, {}) for i in range(100)])
+    out = run(workdir, action="compare", path="sft.jsonl", target="target-hist.json", record=False)
+    c = out.comparison
+    assert c["not_comparable"] == ["returns_info", "subtype"] and "returns_info" not in c["features"]
+    assert c["features"]["writes"]["passed"] and out.passed is True
+    assert "not comparable" in out.summary()
+    write_jsonl(workdir / "sft.jsonl", [sample(i, 1 if i < 61 else 2 if i < 83 else 3,
+                                               {"subtype": "order", "returns_info": False}) for i in range(100)])
+    out = run(workdir, action="compare", path="sft.jsonl", target="target-hist.json", record=False)
+    assert out.comparison["not_comparable"] == [] and out.comparison["failed"] == ["returns_info"]
+
+
 def test_compare_records_manifest_side_file_and_plots(workdir):
     write_jsonl(workdir / "target.jsonl", tau2_target())
     write_jsonl(workdir / "cand.jsonl", [retail(i, 1, False) for i in range(50)])

@@ -75,6 +75,9 @@ class HistogramOutput(ToolOutput):
         if comp:
             lines.append(("PASSED" if comp["passed"] else "FAILED") + f" at {comp['tolerance_pp']} pp"
                          + (f" (failing: {', '.join(comp['failed'])})" if comp["failed"] else ""))
+            if comp["not_comparable"]:
+                lines.append(f"not comparable (no value in {self.path}): {', '.join(comp['not_comparable'])}; "
+                             f"samples can carry meta.subtype and meta.returns_info / meta.gold")
             if comp["quotas"]:
                 lines.append(f"quotas to reach N={comp['size']} (scarcest first):")
                 lines += [f"  add {q['need']:>6} with {q['feature']} = {q['bin']} (have {q['have']}, target "
@@ -151,7 +154,8 @@ def histogram(inp: HistogramInput, ctx: Context) -> HistogramOutput:
         if comparison:
             result.update({
                 "target": str(inp.target), "tolerance_pp": tolerance, "passed": comparison["passed"],
-                "failed": comparison["failed"], "size": comparison["size"],
+                "failed": comparison["failed"], "not_comparable": comparison["not_comparable"],
+                "size": comparison["size"],
                 "tv": {k: v["tv"] for k, v in comparison["features"].items()},
                 "quotas": comparison["quotas"][:50],
             })
