@@ -117,9 +117,9 @@ def _tool_command(name: str) -> click.Command:
 
 class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        from aci import registry
-
         import importlib.util
+
+        from aci import registry
 
         extras = [n for n, target in EXTRA_COMMANDS.items() if importlib.util.find_spec(target.split(":")[0])]
         return sorted([*registry.tools(), *extras])

@@ -63,7 +63,8 @@ def test_cli_errors_exit_2_and_json(workdir):
     import subprocess
     import sys
 
-    run = lambda *a: subprocess.run([sys.executable, "-m", "aci.cli", *a], capture_output=True, text=True, cwd=workdir)
+    def run(*a):
+        return subprocess.run([sys.executable, "-m", "aci.cli", *a], capture_output=True, text=True, cwd=workdir)
     r = run("log-state", "append", "--message", "x")
     assert r.returncode == 2 and "no run card" in r.stderr
     r = run("plan", "init", "--base-model", "m", "--benchmark", "b", "--eval-command", "python e.py")
