@@ -4,7 +4,9 @@
 the agent's shell). That supervisor runs the job's command with its output in `log`, waits, and writes
 `exit.json` and a journal event when the command ends, for any reason. The job itself reports progress
 by writing `progress.json` (see `write_progress`). A job whose supervisor vanished without `exit.json`
-is reported failed, with the tail of its log.
+(SIGKILL, OOM killer, machine restart) is reported failed, with the tail of its log, and `reap()` records
+that verdict in state so it survives. Processes are recognised by pid *and* start time, so a recycled
+pid never makes a dead job look alive.
 
 Folder `jobs/<id>/`: `job.json` (command, config, pids), `config.json` (the resolved config the job
 reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was requested).
@@ -12,7 +14,6 @@ reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -74,11 +75,27 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
             start_new_session=True, env=full_env,
         )
         log.close()
-        w.write_json(f"{rel}/job.json", record.model_dump(mode="json") | {"cwd": str(cwd), "supervisor_pid": sup.pid})
+        w.write_json(f"{rel}/job.json", record.model_dump(mode="json") | {
+            "cwd": str(cwd), "supervisor_pid": sup.pid, "supervisor_start": _start_time(sup.pid)})
     return view(state, job_id)
 
 
-def _alive(pid: int | None) -> bool:
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state is [0], start time is [19])."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _start_time(pid: int) -> int | None:
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def _alive(pid: int | None, started: int | None = None) -> bool:
+    """Whether `pid` runs and (when `started` is known) is the same process that was recorded."""
     if not pid:
         return False
     try:
@@ -87,11 +104,12 @@ def _alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie (our own unreaped child) is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+    fields = _proc_stat(pid)
+    if fields is None:  # no /proc (not Linux): trust the signal check
         return True
+    if fields[0] in ("Z", "X"):  # a zombie (an unreaped child) is not alive
+        return False
+    return started is None or int(fields[19]) == started
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -112,15 +130,56 @@ def view(state: State, job_id: str) -> JobView:
     progress = read_json(folder / "progress.json") or {}
     if ex:
         status, ended, reason = ex["status"], ex["ended_at"], ex.get("reason")
-    elif _alive(job.get("supervisor_pid")) or _alive(job.get("pid")):
+    elif _running(job):
         status, ended, reason = "running", None, None
     else:
-        status, ended, reason = "failed", None, "the job's processes are gone without an exit status (killed?)"
+        status, ended, reason = "failed", None, _vanished(progress)
     return JobView(
         id=job_id, kind=job["kind"], status=status, started_at=job["started_at"], ended_at=ended,
         pid=job.get("pid"), progress=progress, reason=reason, folder=str(folder),
         log_tail=tail(folder / "log") if status == "failed" else None,
     )
+
+
+def _running(job: dict) -> bool:
+    return _alive(job.get("supervisor_pid"), job.get("supervisor_start")) or _alive(job.get("pid"), job.get("pid_start"))
+
+
+def _vanished(progress: dict) -> str:
+    last = f"; last progress: step {progress.get('step')}/{progress.get('total_steps')} ({progress.get('phase')})" \
+        if progress else ""
+    return f"the job's processes are gone without an exit status (killed: SIGKILL, out of memory?){last}"
+
+
+class _AlreadyEnded(Exception):
+    pass
+
+
+def reap(state: State) -> list[str]:
+    """Record jobs whose processes vanished without an exit status as failed (one event each).
+
+    The supervisor normally writes `exit.json`; when it was killed too, nothing would, and the job
+    would only look failed to whoever reads it next. Returns the ids reaped.
+    """
+    root = state.root / records.JOBS
+    reaped = []
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        job = read_json(d / "job.json") if (d / "job.json").exists() else None
+        if job is None or (d / "exit.json").exists() or _running(job):
+            continue
+        try:
+            with state.event(job["kind"], f"job {job['id']} failed: processes vanished", tool=job["kind"],
+                             data={"job": job["id"]}) as w:
+                if (d / "exit.json").exists():  # the supervisor finished after all: log nothing
+                    raise _AlreadyEnded
+                reason = _vanished(read_json(d / "progress.json") or {})
+                ex = records.JobExit(returncode=None, status="failed", ended_at=iso(), reason=reason)
+                w.write_json(f"{records.JOBS}/{job['id']}/exit.json", ex.model_dump(mode="json"))
+                w.track(f"{records.JOBS}/{job['id']}/job.json")  # with the pid its supervisor recorded
+        except _AlreadyEnded:
+            continue
+        reaped.append(job["id"])
+    return reaped
 
 
 def list_jobs(state: State, kind: str | None = None) -> list[JobView]:
@@ -146,17 +205,19 @@ def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:
     if v.status != "running":
         return v
     folder = job_dir(state, job_id)
-    (folder / "stop").write_text(iso())
+    with state.event(v.kind, f"stop requested for job {job_id}", tool=v.kind, data={"job": job_id}) as w:
+        w.write_json(f"{records.JOBS}/{job_id}/stop", {"requested_at": iso()})
     job = read_json(folder / "job.json")
-    pid = job.get("pid")
+    pid, started = job.get("pid"), job.get("pid_start")
     deadline = time.monotonic() + grace_s
     _signal_group(pid, signal.SIGTERM)
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and _alive(pid, started):
         time.sleep(0.2)
-    if _alive(pid):
+    if _alive(pid, started):
         _signal_group(pid, signal.SIGKILL)
     end = time.monotonic() + 10
-    while time.monotonic() < end and not (folder / "exit.json").exists() and _alive(job.get("supervisor_pid")):
+    while time.monotonic() < end and not (folder / "exit.json").exists() and \
+            _alive(job.get("supervisor_pid"), job.get("supervisor_start")):
         time.sleep(0.1)
     return view(state, job_id)
 
@@ -187,7 +248,8 @@ def _supervise(folder: Path) -> int:
     state = State(folder.parent.parent)
     child = subprocess.Popen(job["command"], stdin=subprocess.DEVNULL, start_new_session=True)
     with state.locked():
-        atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid})
+        atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid,
+                                                "pid_start": _start_time(child.pid)})
     signal.signal(signal.SIGTERM, lambda *_: _signal_group(child.pid, signal.SIGTERM))
     rc = child.wait()
     stopped = (folder / "stop").exists()
@@ -205,6 +267,7 @@ def _supervise(folder: Path) -> int:
     ex = records.JobExit(returncode=rc, status=status, ended_at=iso(), reason=reason)
     with state.event(job["kind"], f"job {job['id']} {status}", tool=job["kind"], data={"job": job["id"], "returncode": rc}) as w:
         w.write_json(f"{records.JOBS}/{job['id']}/exit.json", ex.model_dump(mode="json"))
+        w.track(f"{records.JOBS}/{job['id']}/job.json")  # with the pid recorded at launch
     return 0
 
 

@@ -1,0 +1,99 @@
+"""The resolved configuration of one training job: every setting the job uses, written once to
+`jobs/<id>/config.json` by the `train` tool and read by the job, so a run can be repeated and audited
+from state alone (with the data's hash and the template it was rendered with).
+
+Defaults live here and nowhere else. No heavy import: the tool imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aci.errors import ACIError
+
+ZERO_CONFIGS = {"zero2": "zero2.json", "zero3": "zero3.json"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoraSettings(_Strict):
+    r: int = Field(16, ge=1, le=1024)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: list[str] | str = Field("all-linear", description='module names, or "all-linear"')
+
+
+class GrpoSettings(_Strict):
+    num_generations: int = Field(8, ge=2, description="completions per prompt (the group)")
+    max_completion_length: int = Field(512, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    beta: float = Field(0.0, ge=0, description="KL coefficient (0: no reference model)")
+    use_vllm: bool = False
+    grader: str | dict | None = Field(None, description="reward grader; default each task's own `grader`")
+
+
+class TrainConfig(_Strict):
+    method: Literal["sft", "grpo"]
+    job: str
+    state: str
+    workdir: str
+    output_dir: str = Field(description="<workdir>/checkpoints/<job id>")
+    model_path: str = Field(description="what from_pretrained loads: a folder or a hub id")
+    model_adapter: bool = Field(False, description="model_path is a LoRA adapter: merged into its base first")
+    parent: str = Field(description="checkpoint id this job trains from ('base' or '<job>/checkpoint-N')")
+    data: str
+    data_sha256: str
+    data_rows: int = 0
+    template: str | None = Field(None, description=".jinja the evaluation renders; None: the tokenizer's own")
+    template_sha256: str | None = None
+    template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    profile: str = "default"
+    lora: LoraSettings | None = None
+    merge_lora: bool = False
+    max_length: int = Field(2048, ge=8)
+    packing: bool = False
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int | None = Field(None, ge=1)
+    learning_rate: float = Field(gt=0)
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = Field(0.03, ge=0, lt=1)
+    batch_size: int = Field(4, ge=1, description="per device")
+    grad_accum: int = Field(4, ge=1)
+    gradient_checkpointing: bool | None = Field(None, description="None: on when CUDA is present")
+    save_steps: int = Field(200, ge=1)
+    logging_steps: int = Field(10, ge=1)
+    seed: int = 0
+    deepspeed: str | None = Field(None, description="DeepSpeed config file passed as TrainingArguments.deepspeed")
+    num_processes: int = Field(1, ge=1, description="> 1: launched with `accelerate launch`")
+    grpo: GrpoSettings | None = None
+    stop_at: str | None = Field(None, description="ISO time the job saves and stops at (deadline minus reserve)")
+    measure: bool = Field(False, description="a throughput measurement: no checkpoints are saved")
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")
+
+
+def default_learning_rate(method: str, lora: bool) -> float:
+    """Common starting points: LoRA tolerates ~10x the full fine-tuning rate; RL wants far smaller steps."""
+    if method == "grpo":
+        return 1e-5 if lora else 1e-6
+    return 2e-4 if lora else 2e-5
+
+
+def load(path: str | Path) -> TrainConfig:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ACIError(f"cannot read training config {path}: {e}") from None
+    return TrainConfig.model_validate(raw)
+
+
+def zero_config(name: str) -> Path:
+    """The shipped DeepSpeed ZeRO config for `zero2`/`zero3`."""
+    return Path(__file__).resolve().parent / ZERO_CONFIGS[name]

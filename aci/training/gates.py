@@ -1,0 +1,182 @@
+"""The checks a training run must pass before it is launched; each refusal names the rule it enforces.
+
+* `base-model-only`: the model is the run card's base model or a registered checkpoint whose `parent`
+  chain ends at `base`;
+* `forbidden-datasets`: neither the data file nor its declared source is on the profile's banned list;
+* `no-test-data`: under a profile that requires it, the data file has a passing contamination result in
+  state *for its current content* (the manifest is pinned to the file's hash);
+* `eval-template`: the template is the one the evaluation renders (the run card's) and renders the data;
+* `final-reserve`: the run, at measured or declared throughput, ends before the deadline minus reserve.
+
+No heavy import here: the tool imports this module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from aci import clock, jobs, manifest, records
+from aci.context import Context
+from aci.errors import ACIError
+
+STARTUP_S = 60.0  # loading the model and data before the first step
+
+
+@dataclass
+class Source:
+    """The model a job trains from."""
+
+    checkpoint: str  # "base" or "<job>/checkpoint-N"
+    path: str  # folder or hub id that from_pretrained loads
+    adapter: bool  # path is a LoRA adapter (merged into its base by the job)
+
+
+def resolve_model(ctx: Context, model: str) -> Source:
+    """`base`, a registered checkpoint id, or a path to either; anything else is refused."""
+    card = ctx.require_card()
+    base = card["base_model"]
+    base_path = ctx.workdir / base
+    base_ref = str(base_path.resolve()) if base_path.exists() else base
+    registered = {e["checkpoint"]: e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "registered"}
+    if model in ("base", base, base_ref):
+        return Source("base", base_ref, False)
+    if model not in registered:  # perhaps a path to the base model or to a registered checkpoint
+        p = Path(model) if Path(model).is_absolute() else ctx.workdir / model
+        if p.exists():
+            p = p.resolve()
+            if str(p) == base_ref:
+                return Source("base", base_ref, False)
+            for cid, e in registered.items():
+                if e.get("path") and Path(e["path"]).resolve() in (p, p.parent) or e.get("merged") == str(p):
+                    model = cid
+                    break
+    entry = registered.get(model)
+    if entry is None:
+        known = ", ".join(["base", *list(registered)[-5:]])
+        raise ctx.rules.refuse("base-model-only", f"model {model!r} is neither the run card's base model ({base}) nor "
+                                                  f"a registered checkpoint (known: {known})")
+    chain, cur = [model], entry.get("parent")
+    while cur != "base":
+        if cur is None or cur not in registered or cur in chain:
+            raise ctx.rules.refuse("base-model-only", f"checkpoint {model!r} does not descend from the base model "
+                                                      f"(its ancestry {' <- '.join(chain)} breaks at {cur!r})")
+        chain.append(cur)
+        cur = registered[cur].get("parent")
+    merged = entry.get("merged")
+    path = merged if merged and Path(merged).is_dir() else entry.get("path")
+    if not path or not Path(path).exists():
+        raise ACIError(f"checkpoint {model!r} is registered but its folder {path} is gone")
+    return Source(model, path, bool(entry.get("adapter")) and path != merged)
+
+
+def check_data(ctx: Context, path: Path, source: str | None) -> None:
+    """Banned names first (cheap), then the contamination result pinned to the file's current hash."""
+    for name in filter(None, [source, path.name, str(path)]):
+        ctx.rules.check_dataset_name(name)
+    recorded = manifest.read(ctx.state, path)
+    for name in filter(None, [(recorded or {}).get(k) for k in ("source", "dataset")]):
+        ctx.rules.check_dataset_name(str(name))
+    if not ctx.rules.profile.contamination.required_before_training:
+        return
+    current = manifest.current(ctx.state, path)
+    verdict = ((current or {}).get("contamination") or {}).get("verdict")
+    if verdict == "pass":
+        return
+    if current is None and recorded and recorded.get("contamination"):
+        detail = f"{path.name} changed since its contamination check (hash differs)"
+    elif verdict:
+        detail = f"{path.name} failed its contamination check (verdict {verdict!r})"
+    else:
+        detail = f"{path.name} has no contamination result in state"
+    raise ctx.rules.refuse("no-test-data", f"{detail}; run `aci contamination` on this exact file and train "
+                                           f"only on data that passes")
+
+
+def resolve_template(ctx: Context, given: str | None) -> Path | None:
+    """The template to render with: the run card's unless told otherwise (refused under a strict profile)."""
+    card_template = (ctx.card or {}).get("template")
+    card_path = ctx.path(card_template, what="template") if card_template else None
+    if given:
+        p = ctx.path(given, what="template")
+        if not p.is_file():
+            raise ctx.rules.refuse("eval-template", f"template {given!r} does not exist ({p})")
+        if card_path and p != card_path and ctx.rules.strict:
+            raise ctx.rules.refuse("eval-template", f"the evaluation renders {card_template}, not {given}; train with "
+                                                    f"the run card's template")
+        return p
+    if card_path:
+        if not card_path.is_file():
+            raise ctx.rules.refuse("eval-template", f"the run card's template {card_template} does not exist")
+        return card_path
+    if ctx.rules.strict:
+        raise ctx.rules.refuse("eval-template", "the run card names no template; set it with `aci plan update "
+                                                "--template templates/<model>.jinja`")
+    return None
+
+
+@dataclass
+class Work:
+    """How much a run will process: optimizer steps and tokens."""
+
+    steps: int
+    tokens: float
+    tokens_per_step: float
+
+
+def sft_work(rows: int, seq_per_sample: float, mean_tokens: float, *, packing: bool, max_length: int,
+             batch: int, grad_accum: int, processes: int, epochs: float, max_steps: int | None) -> Work:
+    seqs = rows * seq_per_sample
+    tokens_epoch = seqs * mean_tokens
+    per_epoch_rows = math.ceil(tokens_epoch / max_length) if packing else math.ceil(seqs)
+    steps_epoch = max(1, math.ceil(per_epoch_rows / (batch * grad_accum * processes)))
+    per_step = tokens_epoch / steps_epoch
+    steps = max_steps or max(1, math.ceil(epochs * steps_epoch))
+    return Work(steps, per_step * steps, per_step)
+
+
+def grpo_work(rows: int, mean_prompt: float, *, completion: int, generations: int, batch: int, grad_accum: int,
+              processes: int, epochs: float, max_steps: int | None) -> Work:
+    completions_per_step = batch * grad_accum * processes
+    steps_epoch = max(1, math.ceil(rows * generations / completions_per_step))
+    per_step = completions_per_step * (mean_prompt + completion)
+    steps = max_steps or max(1, math.ceil(epochs * steps_epoch))
+    return Work(steps, per_step * steps, per_step)
+
+
+def measured_rate(ctx: Context, method: str, model_path: str, lora: bool) -> tuple[float | None, str]:
+    """Tokens/s of the latest earlier job of the same method, model and LoRA-ness (or of the method)."""
+    same, similar = None, None
+    for job in reversed(jobs.list_jobs(ctx.state, kind="train")):
+        rate = job.progress.get("tokens_per_s")
+        cfg = ctx.state.read(f"{records.JOBS}/{job.id}/config.json") or {}
+        if not rate or cfg.get("method") != method:
+            continue
+        if cfg.get("model_path") == model_path and bool(cfg.get("lora")) == lora:
+            same = same or (rate, f"measured by job {job.id}")
+        similar = similar or (rate, f"measured by job {job.id} (another model or LoRA setting)")
+    return same or similar or (None, "no measurement")
+
+
+def check_deadline(ctx: Context, work: Work, rate: float | None, rate_source: str) -> dict:
+    """Refuse a run that cannot end before the final reserve; return the estimate either way."""
+    left = ctx.clock.left_for_work()
+    duration = clock.estimate(work.tokens, rate, STARTUP_S)
+    info = {"steps": work.steps, "tokens": int(work.tokens), "tokens_per_s": rate, "rate_source": rate_source,
+            "duration": clock.fmt(duration), "duration_s": duration.total_seconds() if duration else None,
+            "time_left_for_work": clock.fmt(left), "deadline_source": ctx.clock.source}
+    if left is None:
+        return info
+    if left <= timedelta(0):
+        raise ctx.rules.refuse("final-reserve", f"the final reserve has started ({clock.fmt(ctx.clock.left())} left, "
+                                                f"reserve {clock.fmt(ctx.clock.reserve)}); no new training")
+    if duration is not None and duration > left:
+        usable = left.total_seconds() - STARTUP_S
+        fit = int(usable * rate / work.tokens_per_step) if usable > 0 and work.tokens_per_step else 0
+        hint = f"; max_steps={fit} would fit" if fit >= 1 else "; no run of even one step fits"
+        raise ctx.rules.refuse("final-reserve", f"this run of {work.steps} steps (~{int(work.tokens):,} tokens at "
+                                                f"{rate:,.0f} tokens/s, {rate_source}) would take {clock.fmt(duration)} "
+                                                f"but only {clock.fmt(left)} is left before the final reserve{hint}")
+    return info

@@ -1,0 +1,147 @@
+"""The training job: `python -m aci.training.run <config.json>` (or under `accelerate launch`).
+
+Reads the resolved config written by the `train` tool, renders the data with the evaluation's template,
+and runs TRL's `SFTTrainer` or `GRPOTrainer` with the job callback. Works with TRL 0.27 / transformers
+4.57 (the PostTrainBench image) and TRL 1.x / transformers 5: settings are passed by name and the few
+that were renamed are translated in `make_args`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+from aci import jobs, templates
+from aci.training import config as config_mod
+from aci.training import data
+from aci.training.config import TrainConfig
+
+
+def make_args(cls, **kw):
+    """Build a TRL config, translating settings renamed between versions and naming any it lacks."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    if "warmup_ratio" in kw and "warmup_ratio" not in names:  # transformers 5: a float warmup_steps is a ratio
+        kw["warmup_steps"] = kw.pop("warmup_ratio")
+    if "activation_checkpointing" in names:  # transformers 5 renamed gradient checkpointing
+        for old, new in (("gradient_checkpointing", "activation_checkpointing"),
+                         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
+            if old in kw:
+                kw[new] = kw.pop(old)
+    for key in [k for k in kw if k not in names]:
+        print(f"[aci] {cls.__name__} in this TRL version has no `{key}`; not set", flush=True)
+        kw.pop(key)
+    return cls(**kw)
+
+
+def load_model(cfg: TrainConfig, cuda: bool):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kw = {"dtype": torch.bfloat16 if cuda else torch.float32}
+    if cuda and importlib.util.find_spec("flash_attn") is not None:
+        kw["attn_implementation"] = "flash_attention_2"
+    if cfg.model_adapter:  # a LoRA checkpoint: merge it into its base, then train the result
+        from peft import AutoPeftModelForCausalLM
+
+        return AutoPeftModelForCausalLM.from_pretrained(cfg.model_path, **kw).merge_and_unload()
+    return AutoModelForCausalLM.from_pretrained(cfg.model_path, **kw)
+
+
+def set_end_of_turn(model, tokenizer, token: str | None) -> None:
+    """List the template's end-of-turn token in generation_config.eos_token_id, so generation stops there."""
+    if not token:
+        return
+    tid = tokenizer.convert_tokens_to_ids(token)
+    eos = model.generation_config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if tid not in eos:
+        model.generation_config.eos_token_id = [*eos, tid]
+
+
+def common_args(cfg: TrainConfig, cuda: bool) -> dict:
+    gc = cuda if cfg.gradient_checkpointing is None else cfg.gradient_checkpointing
+    return dict(
+        output_dir=cfg.output_dir, num_train_epochs=cfg.epochs, max_steps=cfg.max_steps or -1,
+        learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler, warmup_ratio=cfg.warmup_ratio,
+        per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
+        gradient_checkpointing=gc, gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
+        bf16=cuda, use_cpu=not cuda, save_strategy="no" if cfg.measure else "steps", save_steps=cfg.save_steps,
+        save_only_model=True, logging_steps=cfg.logging_steps, report_to="none", seed=cfg.seed,
+        deepspeed=cfg.deepspeed, disable_tqdm=True,
+    )
+
+
+def lora_config(cfg: TrainConfig):
+    if cfg.lora is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                      target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
+
+
+def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
+    model = load_model(cfg, cuda)
+    data_path = Path(cfg.data)
+    if cfg.method == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        encoded, stats = data.encode_samples(data_path, tokenizer, template, max_length=cfg.max_length,
+                                             kwargs=cfg.template_kwargs)
+        dataset = data.sft_dataset(encoded)
+        print(f"[aci] data: {stats.report()}", flush=True)
+        args = make_args(SFTConfig, **common_args(cfg, cuda), max_length=cfg.max_length, packing=cfg.packing)
+        return SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                          peft_config=lora_config(cfg), callbacks=[callback])
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from aci.training.rewards import grader_reward
+
+    g = cfg.grpo
+    rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs)
+    print(f"[aci] prompts: {stats.report()}", flush=True)
+    args = make_args(
+        GRPOConfig, **common_args(cfg, cuda), num_generations=g.num_generations,
+        max_completion_length=g.max_completion_length, temperature=g.temperature, beta=g.beta,
+        use_vllm=g.use_vllm, **({"vllm_mode": "colocate"} if g.use_vllm else {}),
+        max_prompt_length=cfg.max_length,  # TRL 0.27 truncates prompts to this; 1.x has no such setting
+    )
+    reward = grader_reward(g.grader, workdir=Path(cfg.workdir), profile=cfg.profile)
+    return GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
+                       processing_class=tokenizer, peft_config=lora_config(cfg), callbacks=[callback])
+
+
+def main(argv: list[str]) -> int:
+    cfg = config_mod.load(argv[0])
+    jobs.write_progress({"phase": "loading", "step": 0, "job": cfg.job})
+    import datasets
+    import torch
+    import transformers
+    from transformers import AutoTokenizer, set_seed
+
+    from aci.training.callbacks import JobCallback
+
+    datasets.disable_progress_bars()  # the log is for people and `train status`, not for progress bars
+    transformers.utils.logging.disable_progress_bar()
+    set_seed(cfg.seed)
+    cuda = torch.cuda.is_available()
+    callback = JobCallback(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    template = templates.load(cfg.template, tokenizer)
+    tokenizer.chat_template = template.text  # checkpoints carry the template the evaluation renders
+    eot = templates.end_of_turn(tokenizer, template, cfg.template_kwargs)
+    if eot and cfg.method == "grpo":  # completions end at the end-of-turn token, as at evaluation
+        tokenizer.eos_token = eot
+    trainer = build_trainer(cfg, tokenizer, template, callback, cuda)
+    set_end_of_turn(trainer.model, tokenizer, eot)
+    trainer.train()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,88 @@
+"""Training jobs as processes: progress while running, a graceful stop that saves a last checkpoint, jobs
+killed with SIGKILL (the trainer alone, or the trainer and its supervisor) reported failed with state
+consistent, and a new job starting afterwards."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from aci import jobs, records
+from aci.errors import ACIError
+from aci.state import State, read_json, read_jsonl
+from tests.train_helpers import FAST, call, make_run, no_stray_jobs, wait  # noqa: F401 (fixture)
+
+LONG = {**FAST, "max_steps": 100_000, "save_steps": 100_000, "lr_scheduler": "constant"}
+
+
+def _training(view) -> bool:
+    return view.status != "running" or view.progress.get("step", 0) >= 2 and "loss" in view.progress
+
+
+@pytest.mark.usefixtures("no_stray_jobs")
+def test_stop_kill_and_restart(tmp_path, tiny_model, monkeypatch):
+    monkeypatch.delenv("ACI_STATE", raising=False)
+    make_run(tmp_path, tiny_model, profile="default", contamination=None)
+    state = State(tmp_path / "state")
+
+    a = call(tmp_path, action="start", data="sft.jsonl", **LONG).job
+    b = call(tmp_path, action="start", data="sft.jsonl", **LONG, concurrent=True).job
+    c = call(tmp_path, action="start", data="sft.jsonl", **LONG, concurrent=True).job
+    with pytest.raises(ACIError, match="is still running: `aci train stop --job"):
+        call(tmp_path, action="start", data="sft.jsonl", **FAST, max_steps=1)
+
+    # status while running: step, total, loss, learning rate, tokens/s, ETA
+    running = wait(tmp_path, a.id, until=_training, timeout=240).job
+    assert running.status == "running", running.log_tail
+    p = running.progress
+    assert p["total_steps"] == 100_000 and p["step"] >= 2 and p["learning_rate"] > 0 and p["loss"] > 0
+    assert p["tokens_per_s"] > 0 and p["eta_s"] > 0 and p["phase"] == "training"
+
+    # stop: the job saves where it is, registers that checkpoint, and is reported stopped
+    stopped = call(tmp_path, action="stop", job=a.id, grace_s=60)
+    assert stopped.action == "stop" and stopped.job.status == "stopped", stopped.job.reason
+    step = stopped.job.progress["step"]
+    assert [e["checkpoint"] for e in stopped.checkpoints] == [f"{a.id}/checkpoint-{step}"]
+    assert (tmp_path / "checkpoints" / a.id / f"checkpoint-{step}" / "model.safetensors").is_file()
+
+    # SIGKILL the trainer alone: its supervisor records the failure
+    for j in (b, c):
+        assert wait(tmp_path, j.id, until=_training, timeout=240).job.status == "running"
+    job_b = read_json(state.root / records.JOBS / b.id / "job.json")
+    os.kill(job_b["pid"], signal.SIGKILL)
+    failed = wait(tmp_path, b.id, timeout=30)
+    assert failed.job.status == "failed" and "SIGKILL" in failed.job.reason
+    assert failed.job.log_tail and "[aci] step" in failed.job.log_tail
+
+    # SIGKILL the supervisor and the trainer: nobody writes exit.json, the tool reaps the job
+    job_c = read_json(state.root / records.JOBS / c.id / "job.json")
+    os.kill(job_c["supervisor_pid"], signal.SIGKILL)
+    os.kill(job_c["pid"], signal.SIGKILL)
+    gone = wait(tmp_path, c.id, timeout=30)
+    assert gone.job.status == "failed" and "without an exit status" in gone.job.reason
+    assert read_json(state.root / records.JOBS / c.id / "exit.json")["status"] == "failed"
+    assert any(e["message"] == f"job {c.id} failed: processes vanished" for e in state.journal())
+    assert jobs.reap(state) == []  # once
+
+    # state is consistent: every line parses, every write was committed, nothing is left running
+    read_jsonl(state.root / "journal.jsonl")
+    read_jsonl(state.root / records.CHECKPOINTS)
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=state.root, capture_output=True, text=True).stdout == ""
+    assert {j.id: j.status for j in call(tmp_path, action="list").jobs} == {a.id: "stopped", b.id: "failed",
+                                                                           c.id: "failed"}
+
+    # and a new job starts (no --concurrent needed) and succeeds
+    d = call(tmp_path, action="start", data="sft.jsonl", **FAST, max_steps=1).job
+    done = wait(tmp_path, d.id, timeout=240)
+    assert done.job.status == "succeeded", done.job.log_tail
+    assert [e["checkpoint"] for e in done.checkpoints] == [f"{d.id}/checkpoint-1"]
+
+
+def test_a_recycled_pid_is_not_mistaken_for_the_job(tmp_path):
+    me = os.getpid()
+    assert jobs._alive(me) and jobs._alive(me, jobs._start_time(me))
+    assert not jobs._alive(me, jobs._start_time(me) + 1)  # same pid, another process
+    assert not jobs._alive(None)
