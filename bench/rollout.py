@@ -8,7 +8,7 @@ so it is not the bottleneck. The rollout runs `--repeat` times (fresh output fol
 best wall time counts: other processes on a shared machine only ever add time, so the fastest run is
 the loop's own cost (the first run also pays one-time imports). The last line printed is `efficiency=X`.
 
-    .venv/bin/python bench/rollout.py [--tasks 256] [--concurrency 32] [--latency 0.1] [--repeat 3]
+    .venv/bin/python bench/rollout.py [--tasks 256] [--concurrency 32] [--latency 0.1] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -37,17 +37,21 @@ def add(a: int, b: int) -> int:
 
 
 # -- the endpoint ------------------------------------------------------------------------------------
-def _reply(body: dict) -> dict:
-    """Turn 1: call add(n, 1) for the task's number n; turn 2: answer with the tool's output."""
-    msgs = body["messages"]
-    tool_out = [m["content"] for m in msgs if m["role"] == "tool"]
-    if tool_out:
-        message = {"role": "assistant", "content": f"ANSWER: {tool_out[-1]}"}
+# Replies are built from two byte searches instead of parsing the body, so the server stays far below
+# the client's cost. Turn 1: call add(n, 1) for the task's number n; turn 2: answer with the tool output.
+_TOOL_OUTPUT = re.compile(rb'"role":\s*"tool",\s*"tool_call_id":\s*"c1",\s*"content":\s*"(\d+)"')
+_QUESTION = re.compile(rb"What is (\d+) \+ 1\?")
+
+
+def _reply(body: bytes) -> dict:
+    out = _TOOL_OUTPUT.search(body)
+    if out:
+        message = {"role": "assistant", "content": f"ANSWER: {out.group(1).decode()}"}
     else:
-        n = int(re.search(r"\d+", msgs[-1]["content"]).group())
+        n = int(_QUESTION.search(body).group(1))
         message = {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "add", "arguments": json.dumps({"a": n, "b": 1})}}]}
-    return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": "bench-model",
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
 
@@ -69,7 +73,7 @@ async def _serve(port: int, latency: float) -> None:
                     writer.write(_response({"object": "list", "data": [{"id": "bench-model", "object": "model"}]}))
                 else:
                     await asyncio.sleep(latency)
-                    writer.write(_response(_reply(json.loads(body))))
+                    writer.write(_response(_reply(body)))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -114,7 +118,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=256)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--latency", type=float, default=0.1)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:

@@ -241,6 +241,9 @@ class _Task:
             value, reason = float(score.score), score.reason
         except ACIError as e:  # the task lacks what its grader needs: a data error, recorded on the task
             value, reason, error = 0.0, f"not graded: {e}", error or str(e)
+        except Exception as e:  # a broken custom grader must not cost the trajectory
+            value, reason = 0.0, f"not graded: the grader raised {type(e).__name__}: {e}"
+            error = error or reason
         trace = TaskTrace(
             trial=self.trial, task_id=self.task["id"], task_type=self.task.get("type"),
             subtype=self.task.get("subtype"), started_at=started, duration_s=round(duration, 4), stop_reason=stop,
