@@ -97,8 +97,10 @@ class Rules:
         return self.name == "posttrainbench"
 
     def min_samples(self, benchmark_size: int | None) -> int:
+        """max(absolute, fraction x size), capped at the size: a 30-item benchmark needs all 30, not 32."""
         m = self.profile.min_eval_samples
-        return max(m.absolute, math.ceil(m.fraction * benchmark_size) if benchmark_size else 0)
+        n = max(m.absolute, math.ceil(m.fraction * benchmark_size) if benchmark_size else 0)
+        return min(n, benchmark_size) if benchmark_size else n
 
     def check_dataset_name(self, name: str) -> None:
         """Refuse a dataset id that the profile lists as the benchmark's test data (or derived from it)."""

@@ -66,10 +66,14 @@ def gates(ctx: Context) -> dict[str, Gate]:
         else f"no evaluation of the base model on >= {minimum} samples",
     )
 
-    promotes = [e for e in journal if e.get("kind") == "promote"]
+    # Promoting the base model as a floor keeps a submittable final_model but is not a trained model yet.
+    trained = bool(best) and best.get("checkpoint") != "base"
+    promotes = [e for e in journal if e.get("kind") == "promote" and (e.get("data") or {}).get("checkpoint") != "base"]
     out["first-promoted"] = Gate(
-        name="first-promoted", passed=bool(best), at=promotes[0]["ts"] if promotes else (best or {}).get("promoted_at"),
-        evidence=f"final_model is {best['checkpoint']} ({best['score']})" if best else "no final_model promoted yet",
+        name="first-promoted", passed=trained,
+        at=(promotes[0]["ts"] if promotes else best.get("promoted_at")) if trained else None,
+        evidence=f"final_model is {best['checkpoint']} ({best['score']})" if trained
+        else "final_model is the base model: promote a trained checkpoint" if best else "no final_model promoted yet",
     )
 
     met = [t for t in card.get("targets", []) if best and best.get("score", float("-inf")) >= t["value"]]

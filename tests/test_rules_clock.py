@@ -31,7 +31,7 @@ def test_profiles_load_and_phase_shares_sum_to_one():
         r = rules.load(name)
         assert abs(sum(p.share for p in r.profile.phases) - 1) < 1e-9
     strict = rules.load("posttrainbench")
-    assert strict.min_samples(1319) == 66 and strict.min_samples(30) == 32 and strict.min_samples(None) == 32
+    assert strict.min_samples(1319) == 66 and strict.min_samples(30) == 30 and strict.min_samples(None) == 32
     strict.check_host("127.0.0.1")
     strict.check_host("localhost")
     with pytest.raises(ACIError) as e:

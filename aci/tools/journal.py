@@ -44,6 +44,7 @@ def render_summary(s: Summary | None) -> str:
     lines += [f"job {j['id']} {j['status']} {j.get('progress', {}).get('step', '')}" for j in s.running_jobs]
     lines += [f"  {e['ts']} {e['kind']}: {e['message']}" for e in s.last_events[-5:]]
     lines += [f"next: {a}" for a in s.next_actions]
+    lines += [f"rule {r}" for r in s.rules_now]
     return "\n".join(lines)
 
 
