@@ -81,6 +81,8 @@ class CheckpointEntry(Record):
     range: tuple[float, float] | None = None
     duration_s: float | None = None
     error: str | None = None
+    eval_id: str | None = Field(None, description="evaluations: folder evals/<eval_id>/ in state (metrics, per-sample scores)")
+    metric: str | None = Field(None, description="evaluations: the metric the score was read from")
 
 
 class Best(Record):
@@ -95,6 +97,8 @@ class Best(Record):
     limit: int | None = None
     samples: int | None = None
     promoted_at: datetime
+    promotion_id: str | None = Field(None, description="the id sealed in final_model/.aci-promotion.json")
+    eval_id: str | None = Field(None, description="the evaluation that justified the promotion")
 
 
 class JobRecord(Record):

@@ -35,9 +35,11 @@ class Checkpoint:
         return p if p.is_dir() else None
 
     def registration(self) -> dict:
-        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=iso(), path=self.path,
+        ts = iso()
+        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=ts, path=self.path,
                                         parent=self.parent, adapter=self.adapter)
-        return entry.model_dump(mode="json", include={"type", "checkpoint", "ts", "path", "parent", "adapter"})
+        # `ts` as state writes it everywhere (pydantic would write "Z", which Python 3.10 cannot parse back)
+        return entry.model_dump(mode="json", include={"type", "checkpoint", "path", "parent", "adapter"}) | {"ts": ts}
 
 
 def registered(ctx: Context) -> dict[str, dict]:

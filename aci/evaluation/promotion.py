@@ -117,11 +117,12 @@ def install(ctx: Context, ck: Checkpoint, evaluation: dict, comparison: stats.Co
     """Build `ck` into `final_model/` atomically and record it (no decision: call with the lock held)."""
     tag = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', ck.id)[:40]}-{uuid.uuid4().hex[:6]}"
     final = swap.final_dir(ctx.workdir)
+    now = iso()  # kept in state's own format: the finalized gate compares these strings
     best = records.Best(
         checkpoint=ck.id, path=str(final), source=ck.path, score=evaluation["score"], range=evaluation.get("range"),
         evaluator=evaluation["evaluator"], limit=evaluation.get("limit"), samples=evaluation.get("samples"),
-        promoted_at=iso(),
-    ).model_dump(mode="json") | {"promotion_id": tag, "eval_id": evaluation.get("eval_id")}
+        promoted_at=now, promotion_id=tag, eval_id=evaluation.get("eval_id"),
+    ).model_dump(mode="json") | {"promoted_at": now}
     if comparison is not None:
         best["beat"] = {"checkpoint": reference, "score": comparison.b_score, "method": comparison.method,
                         "delta": comparison.delta, "p_value": comparison.p_value}

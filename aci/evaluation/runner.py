@@ -179,12 +179,10 @@ def _entry(ctx, ck, spec, evaluator, trials, seeds, eval_id, duration, error, jo
     label = evaluator.id if evaluator else spec.evaluator
     fields = dict(type="evaluated", checkpoint=ck.id, ts=iso(), path=ck.path, evaluator=label, limit=spec.limit,
                   seeds=seeds[:len(trials)] if error else seeds, scores=[t.score for t in trials],
-                  duration_s=round(duration, 2), error=error)
-    extra: dict = {"eval_id": eval_id, "kind": spec.evaluator}
-    if job:
-        extra["job"] = job
+                  duration_s=round(duration, 2), error=error, eval_id=eval_id, job=job)
+    extra: dict = {"kind": spec.evaluator}
     if trials:
-        extra["metric"] = trials[0].details.get("metric")
+        fields["metric"] = trials[0].details.get("metric")
         samples = min((t.samples for t in trials if t.samples), default=None)
         if samples is None and spec.limit is None:
             samples = (ctx.card or {}).get("benchmark_size")
@@ -193,7 +191,7 @@ def _entry(ctx, ck, spec, evaluator, trials, seeds, eval_id, duration, error, jo
             score, rng = stats.aggregate(trials)
             fields.update(score=score, range=rng)
             extra["warnings"] = warnings_for(ctx, spec, evaluator, samples)
-    entry = records.CheckpointEntry(**fields).model_dump(mode="json")
+    entry = records.CheckpointEntry(**fields).model_dump(mode="json") | {"ts": fields["ts"]}  # state's iso format
     return {**entry, **{k: v for k, v in extra.items() if v not in (None, [])}}
 
 
