@@ -232,6 +232,8 @@ def test_base_can_be_promoted_first_as_a_floor(workdir, tiny_model):
     call(workdir, checkpoint="base", limit=40)
     out = call(workdir, action="promote", checkpoint="base")
     assert out.promotion.promoted and c.state.read(records.BEST)["checkpoint"] == "base"
+    assert (workdir / "final_model" / "config.json").is_file()
+    assert not gates(ctx(workdir))["first-promoted"].passed  # a floor, not a trained model
     with pytest.raises(ACIError, match="already final_model"):
         call(workdir, action="promote", checkpoint="base")
 

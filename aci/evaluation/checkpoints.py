@@ -149,7 +149,5 @@ def comparable_pair(ctx: Context, a: str, b: str, prefer: dict | None = None) ->
 
 
 def min_samples(ctx: Context) -> int:
-    """The rules' minimum sample count for a comparison, capped at the benchmark's size when known."""
-    size = (ctx.card or {}).get("benchmark_size")
-    n = ctx.rules.min_samples(size)
-    return min(n, size) if size else n
+    """The rules' minimum sample count for a comparison (rule min-eval-samples)."""
+    return ctx.rules.min_samples((ctx.card or {}).get("benchmark_size"))

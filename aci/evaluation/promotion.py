@@ -51,7 +51,8 @@ def sync(ctx: Context) -> list[str]:
     best = ctx.best
     if m and m.get("best") and (not best or best.get("promotion_id") != m.get("promotion_id")):
         with ctx.state.event("promote", f"best.json repaired to match final_model ({m['checkpoint']})",
-                             tool="eval-checkpoint", data={"promotion_id": m.get("promotion_id")}) as w:
+                             tool="eval-checkpoint",
+                             data={"checkpoint": m["checkpoint"], "promotion_id": m.get("promotion_id")}) as w:
             w.write_json(records.BEST, m["best"])
         notes.append(f"best.json now names {m['checkpoint']}, the model in {swap.FINAL} (a promotion was interrupted)")
         ctx.forget()
