@@ -279,6 +279,44 @@ def test_lora_checkpoint_is_merged_with_template_processor_files_and_end_of_turn
     assert fin.passed, [i for i in fin.items if not i.passed]
 
 
+def test_lora_trained_on_a_lora_checkpoint_merges_onto_its_merged_parent(workdir, tiny_model):
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    init_run(workdir, tiny_model)
+    base = workdir / "base"
+    first = make_lora(base, workdir / "j1" / "checkpoint-1")
+    merged_first = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+                                             str(first)).merge_and_unload()
+    torch.manual_seed(1)  # what a job training from j1/checkpoint-1 does: merge it, then a new LoRA on top
+    second = get_peft_model(merged_first, LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False))
+    second.save_pretrained(workdir / "j2" / "checkpoint-2")
+    expected = second.merge_and_unload().state_dict()
+    shutil.copy(base / "generation_config.json", workdir / "j2" / "checkpoint-2")
+    plant(workdir / "j2" / "checkpoint-2", 0.8, "generation_config.json")
+    register(workdir, "j1/checkpoint-1", first, adapter=True)
+    register(workdir, "j2/checkpoint-2", workdir / "j2" / "checkpoint-2", parent="j1/checkpoint-1", adapter=True)
+    call(workdir, checkpoint="base", limit=40)
+    assert call(workdir, checkpoint="j2/checkpoint-2", limit=40, promote=True).promotion.promoted
+    key = "model.layers.1.self_attn.q_proj.weight"
+    got = load_file(workdir / "final_model" / "model.safetensors")[key]
+    assert torch.allclose(got, expected[key], atol=1e-6)
+    assert not list(workdir.glob("final_model.*")) and not list((workdir / ".aci").iterdir())
+    # a LoRA checkpoint the trainer also saved merged is used as that full model
+    merged_dir = workdir / "j3" / "checkpoint-3" / "merged"
+    copy_model(tiny_model, merged_dir, 0.95)
+    make_lora(base, workdir / "j3" / "checkpoint-3" / "adapter")
+    with ctx(workdir).state.event("train", "checkpoint j3/checkpoint-3 saved", tool="train") as w:
+        w.append(records.CHECKPOINTS, {"type": "registered", "checkpoint": "j3/checkpoint-3", "ts": "2026-01-01T00:00:00+00:00",
+                                       "path": str(merged_dir.parent / "adapter"), "parent": "base", "adapter": True,
+                                       "merged": str(merged_dir)})
+    out = call(workdir, checkpoint="j3/checkpoint-3", limit=40, promote=True)
+    assert out.result["score"] == pytest.approx(0.95) and out.result["path"] == str(merged_dir)
+    assert out.promotion.promoted
+
+
 def test_background_evaluation_runs_as_a_job_and_can_promote(workdir, tiny_model):
     c = init_run(workdir, tiny_model)
     copy_model(tiny_model, workdir / "ck", 0.7)

@@ -64,7 +64,7 @@ def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
     if path == base(ctx).local:
         return base(ctx)
     for e in known.values():
-        if e.get("path") and (ctx.workdir / e["path"]).resolve() == path:
+        if any(e.get(k) and (ctx.workdir / e[k]).resolve() == path for k in ("path", "merged")):
             return _from_entry(ctx, e)
     if not path.is_dir() or not (folder.is_adapter(path) or (path / folder.CONFIG).is_file()):
         raise ACIError(f"{ref!r} is neither a checkpoint id ({', '.join([BASE, *known][:8])}) nor a model folder "
@@ -84,10 +84,13 @@ def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
 
 
 def _from_entry(ctx: Context, e: dict) -> Checkpoint:
-    path = str((ctx.workdir / e["path"]).resolve()) if e.get("path") else ""
-    if not path:
+    """A registered checkpoint; a LoRA one the trainer also saved merged (`merged`) is used as that full model."""
+    merged = ctx.workdir / e["merged"] if e.get("merged") else None
+    if merged is not None and (merged / folder.CONFIG).is_file():
+        return Checkpoint(e["checkpoint"], str(merged.resolve()), e.get("parent"), False)
+    if not e.get("path"):
         raise ACIError(f"checkpoint {e['checkpoint']!r} is registered without a path")
-    return Checkpoint(e["checkpoint"], path, e.get("parent"), bool(e.get("adapter")))
+    return Checkpoint(e["checkpoint"], str((ctx.workdir / e["path"]).resolve()), e.get("parent"), bool(e.get("adapter")))
 
 
 def ancestry(ctx: Context, ck: Checkpoint) -> list[str]:
@@ -104,19 +107,6 @@ def ancestry(ctx: Context, ck: Checkpoint) -> list[str]:
 
 def derived_from_base(ctx: Context, ck: Checkpoint) -> bool:
     return ck.id == BASE or ancestry(ctx, ck)[-1] == BASE
-
-
-def merge_target(ctx: Context, ck: Checkpoint) -> Path | None:
-    """The full model a LoRA checkpoint was trained on: its nearest non-adapter ancestor."""
-    known = registered(ctx)
-    for cid in ancestry(ctx, ck)[1:]:
-        if cid == BASE:
-            return base(ctx).local
-        e = known.get(cid)
-        if e and not e.get("adapter") and e.get("path") and (ctx.workdir / e["path"]).is_dir():
-            return (ctx.workdir / e["path"]).resolve()
-    declared = (folder.read_json(Path(ck.path) / "adapter_config.json") or {}).get("base_model_name_or_path")
-    return folder.local_dir(declared, ctx.workdir) if declared else None
 
 
 def evaluations(ctx: Context, checkpoint: str | None = None) -> list[dict]:

@@ -120,12 +120,33 @@ def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool) -> dict:
     """Build `ck` as the benchmark would load it into `out` (see `folder.build`)."""
     if ck.local is None:
         raise ACIError(f"checkpoint {ck.id} has no local folder ({ck.path})")
-    base = checkpoints.base(ctx)
-    onto = checkpoints.merge_target(ctx, ck) if ck.adapter else None
-    if ck.adapter and onto is None:
-        raise ACIError(f"{ck.id} is a LoRA adapter but the model it was trained on has no local folder "
-                       f"(parent chain {' -> '.join(checkpoints.ancestry(ctx, ck))})")
-    return folder.build(ck.local, out, base_dir=base.local, merge_onto=onto, template=template_text(ctx), link=link)
+    scratch = out.parent / f"{out.name}.parents"
+    try:
+        onto = _trained_on(ctx, ck, scratch, {ck.id}) if ck.adapter else None
+        if ck.adapter and onto is None:
+            raise ACIError(f"{ck.id} is a LoRA adapter but the model it was trained on has no local folder "
+                           f"(parent chain {' -> '.join(checkpoints.ancestry(ctx, ck))})")
+        return folder.build(ck.local, out, base_dir=checkpoints.base(ctx).local, merge_onto=onto,
+                            template=template_text(ctx), link=link)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _trained_on(ctx: Context, ck: Checkpoint, scratch: Path, seen: set[str]) -> Path | None:
+    """The full model a LoRA checkpoint was trained on: its parent, itself merged first when it is a LoRA
+    too (a job training from a LoRA checkpoint merges it, then trains a new adapter on the result)."""
+    if ck.parent is None or ck.parent in seen:
+        declared = (folder.read_json(Path(ck.path) / "adapter_config.json") or {}).get("base_model_name_or_path")
+        return folder.local_dir(declared, ctx.workdir) if declared else None
+    parent = checkpoints.resolve(ctx, ck.parent)
+    if not parent.adapter:
+        return parent.local
+    out = scratch / f"{len(seen)}"
+    onto = _trained_on(ctx, parent, scratch, seen | {parent.id})
+    if onto is None or parent.local is None:
+        return None
+    folder.build(parent.local, out, base_dir=checkpoints.base(ctx).local, merge_onto=onto, link=True)
+    return out
 
 
 def warnings_for(ctx: Context, spec: EvalSpec, evaluator, samples: int | None) -> list[str]:
