@@ -35,8 +35,12 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def ctx_for(workdir: Path) -> Context:
+    return Context(state=workdir / "state", workdir=workdir)
+
+
 def call(workdir: Path, **args):
-    return registry.call("train", args, Context(workdir=workdir))
+    return registry.call("train", args, ctx_for(workdir))
 
 
 def make_run(workdir: Path, model: Path, *, profile: str = "posttrainbench", template: str = "qwen3_like",
@@ -44,7 +48,7 @@ def make_run(workdir: Path, model: Path, *, profile: str = "posttrainbench", tem
     """Run card with the evaluation's template (no generation markers), data files, contamination verdicts."""
     (workdir / "templates").mkdir(parents=True, exist_ok=True)
     shutil.copy(DATA / f"{template}.jinja", workdir / "templates" / "model.jinja")
-    ctx = Context(workdir=workdir)
+    ctx = ctx_for(workdir)
     registry.call("plan", {"action": "init", "base_model": str(model), "benchmark": "toy-add", "profile": profile,
                            "eval_command": "python evaluate.py --model-path {model_path} --limit {limit}",
                            "template": "templates/model.jinja", **card}, ctx)
@@ -53,7 +57,7 @@ def make_run(workdir: Path, model: Path, *, profile: str = "posttrainbench", tem
         if contamination:
             manifest.update(ctx.state, path, "contamination", {"verdict": contamination}, message=f"checked {name}",
                             tool="contamination")
-    return Context(workdir=workdir)
+    return ctx_for(workdir)
 
 
 def wait(workdir: Path, job: str, *, until=lambda v: v.status != "running", timeout: float = 300.0):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 
@@ -84,6 +85,8 @@ def lora_config(cfg: TrainConfig):
 
 def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
     model = load_model(cfg, cuda)
+    if "token_type_ids" not in inspect.signature(model.forward).parameters:  # e.g. a generic fast tokenizer
+        tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
     data_path = Path(cfg.data)
     if cfg.method == "sft":
         from trl import SFTConfig, SFTTrainer
