@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,6 @@ TEMPLATE_FILE = "chat_template.jinja"
 # End-of-turn markers of the common chat formats, most specific first: ChatML (Qwen, SmolLM), Gemma,
 # Llama 3, Phi, Command. A template with none of them ends turns with the tokenizer's eos token.
 EOT_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|END_OF_TURN_TOKEN|>")
-_CHUNK = 8 << 20
 
 
 def read_json(path: Path) -> Any:
@@ -177,11 +177,12 @@ def _copy(src: Path, dst: Path, link: bool) -> None:
             return
         except OSError:
             pass
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
-        while chunk := fi.read(_CHUNK):
-            fo.write(chunk)
-        fo.flush()
-        os.fsync(fo.fileno())
+    shutil.copyfile(src, dst)  # kernel-side copy (sendfile / copy_file_range) where available
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def fsync_tree(folder: Path) -> None:
