@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -177,6 +179,8 @@ def test_promotion_keeps_the_better_checkpoint_and_refuses_a_worse_one(workdir, 
     for step, score in ((10, 0.5), (20, 0.9), (30, 0.52)):
         copy_model(tiny_model, workdir / "runs" / f"checkpoint-{step}", score)
         register(workdir, f"job1/checkpoint-{step}", workdir / "runs" / f"checkpoint-{step}")
+    with pytest.raises(ACIError, match=r"neither a checkpoint id \(known: base, job1/checkpoint-10"):
+        call(workdir, checkpoint="job1/checkpoint-99", limit=100)
     with pytest.raises(ACIError) as err:  # nothing to compare with yet
         call(workdir, action="promote", checkpoint="job1/checkpoint-10")
     assert err.value.rule == "keep-best" and "no evaluation with the same evaluator and limit" in str(err.value)
@@ -381,3 +385,18 @@ def test_eval_checkpoint_through_the_stdio_mcp_server(workdir, tiny_model):
 
     asyncio.run(go())
     assert swap.marker(workdir / "final_model")["checkpoint"] == "ck"
+
+
+def test_cli_prints_results_and_exits_2_on_errors(workdir, tiny_model):
+    init_run(workdir, tiny_model)
+    aci = [sys.executable, "-m", "aci.cli"]
+    ok = subprocess.run([*aci, "eval-checkpoint", "evaluate", "--checkpoint", "base", "--limit", "40", "--trials", "2"],
+                        cwd=workdir, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "base: 0.2 range 0.2..0.2 on 40 samples, 2 trial(s), eval-command limit 40" in ok.stdout
+    bad = subprocess.run([*aci, "eval-checkpoint", "compare", "--checkpoint", "base"], cwd=workdir,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "two different checkpoints" in bad.stderr
+    listed = subprocess.run([*aci, "--json", "eval-checkpoint", "list"], cwd=workdir, capture_output=True, text=True,
+                            timeout=120)
+    assert [e["score"] for e in json.loads(listed.stdout)["evaluations"]] == [0.2]

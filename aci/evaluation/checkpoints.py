@@ -60,7 +60,10 @@ def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
     known = registered(ctx)
     if ref in known:
         return _from_entry(ctx, known[ref])
-    path = ctx.path(ref, must_exist=True, what="checkpoint")
+    path = ctx.path(ref, what="checkpoint")
+    if not path.exists():
+        raise ACIError(f"{ref!r} is neither a checkpoint id (known: {', '.join([BASE, *list(known)[-8:]])}) "
+                       f"nor an existing folder ({path})")
     if path == base(ctx).local:
         return base(ctx)
     for e in known.values():
