@@ -107,8 +107,6 @@ def _last_json(text: str) -> dict | None:
 class CommandEvaluator:
     """Runs the eval command once per trial and reads its metrics JSON."""
 
-    kind = "command"
-
     def __init__(self, template: str, *, metric_key: str | None, limit: int | None, timeout_s: float,
                  cwd: Path, out_dir: Path, label: str):
         self.template = template

@@ -32,15 +32,12 @@ def load(path: Path, limit: int | None) -> list[dict]:
 
 
 class DevSetEvaluator:
-    kind = "dev"
-    seeded = True  # meaningful only when sampling (temperature > 0)
+    """Generates a reply to every task per trial and scores it with the task's grader."""
 
     def __init__(self, path: Path, *, limit: int | None, template: str | None, default_grader: str | None,
                  temperature: float, max_new_tokens: int, batch_size: int, workdir: Path, out_dir: Path,
                  check_host, label: str):
-        self.path = path
         self.tasks = load(path, limit)
-        self.limit = limit
         self.template = template
         self.default_grader = default_grader
         self.temperature = temperature

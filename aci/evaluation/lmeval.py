@@ -38,7 +38,7 @@ def pick_metric(results: dict, key: str | None, task: str) -> tuple[str, str]:
 
 
 class LMEvalEvaluator:
-    kind = "lm-eval"
+    """Runs one lm-eval task per trial, seeded with the trial's seed, and keeps per-document scores."""
 
     def __init__(self, task: str, *, task_dir: Path | None, limit: int | None, metric_key: str | None,
                  batch_size: int, label: str):
@@ -49,8 +49,6 @@ class LMEvalEvaluator:
         self.batch_size = batch_size
         self.id = label
         self._manager = None
-
-    seeded = True
 
     def _task_manager(self):
         from lm_eval.tasks import TaskManager
