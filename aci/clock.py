@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from aci.errors import ACIError
-from aci.state import now
+from aci.state import now, parse_ts
 
 TIMER = "timer.sh"
 _REMAINING = re.compile(r"(\d+):(\d{1,2})\s*$")
@@ -81,8 +81,8 @@ def clock_for(workdir: Path, card: dict | None, reserve_min: float) -> Clock:
         return Clock(now() + remaining, reserve, TIMER)
     if card:
         if card.get("deadline"):
-            return Clock(datetime.fromisoformat(card["deadline"]), reserve, "run card deadline")
-        started = datetime.fromisoformat(card["started_at"])
+            return Clock(parse_ts(card["deadline"]), reserve, "run card deadline")
+        started = parse_ts(card["started_at"])
         return Clock(started + timedelta(hours=float(card["budget_hours"])), reserve, "run card budget")
     return Clock(None, reserve, "none")
 

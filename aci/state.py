@@ -33,7 +33,10 @@ LOCK_TIMEOUT_S = 120.0
 _GITIGNORE = """\
 # Written by aci: lock and temporary files, and bulky or fast-changing job output.
 .lock
+.promote.lock
 *.tmp
+evals/*/*.log
+evals/*/*.responses.jsonl
 jobs/*/log
 jobs/*/progress.json
 """
@@ -45,6 +48,12 @@ def now() -> datetime:
 
 def iso(t: datetime | None = None) -> str:
     return (t or now()).isoformat(timespec="seconds")
+
+
+def parse_ts(value: str) -> datetime:
+    """Read an ISO time written by us or by pydantic ('Z' suffix), also on Python 3.10; naive means UTC."""
+    t = datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith("Z") else value)
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 def default_root() -> Path:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from aci import clock, jobs, records
 from aci.context import Context
 from aci.registry import BestInfo, RunInfo
-from aci.state import now
+from aci.state import now, parse_ts
 
 BENCHMARK_CARD = "benchmark-card"  # journal kind that closes recon
 FINALIZE = "finalize.json"
@@ -38,7 +38,7 @@ class Gate(BaseModel):
 
 
 def _ts(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
+    return parse_ts(value) if value else None
 
 
 def gates(ctx: Context) -> dict[str, Gate]:
@@ -83,7 +83,8 @@ def gates(ctx: Context) -> dict[str, Gate]:
     )
 
     fin = st.read(FINALIZE)
-    fresh = bool(fin and fin.get("passed") and (not best or fin.get("ts", "") >= str(best.get("promoted_at", ""))))
+    # Pinned to the promotion: a later promotion makes an earlier passing finalize stale.
+    fresh = bool(fin and fin.get("passed") and (not best or fin.get("promotion_id") == best.get("promotion_id")))
     out["finalized"] = Gate(
         name="finalized", passed=fresh, at=fin.get("ts") if fresh else None,
         evidence="finalize passed on the current final_model" if fresh else "finalize has not passed on the current final_model",
@@ -150,7 +151,7 @@ def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> l
     return NEXT[current]
 
 
-def _protected_changed(ctx: Context) -> list[str]:
+def protected_changed(ctx: Context) -> list[str]:
     changed = []
     for rel, digest in (ctx.card or {}).get("protected", {}).items():
         p = ctx.workdir / rel
@@ -174,7 +175,7 @@ def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str
         work = clk.left_for_work()
         if work is not None and work.total_seconds() < 3600:
             out.append(f"Final reserve starts in {clock.fmt(work)}: plan jobs to end before it.")
-    changed = _protected_changed(ctx)
+    changed = protected_changed(ctx)
     if changed:
         out.append(f"Evaluation files changed since init ({', '.join(changed[:3])}): restore them (rule no-eval-edits).")
     gate_map = gate_map or gates(ctx)

@@ -8,7 +8,7 @@ from aci.context import Context
 from aci.evaluation import checkpoints, checks, promotion, runner, swap
 from aci.registry import ToolInput, ToolOutput, tool
 from aci.state import iso
-from aci.summary import FINALIZE, _protected_changed
+from aci.summary import FINALIZE, protected_changed
 
 
 class FinalizeInput(ToolInput):
@@ -67,7 +67,7 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     final = swap.final_dir(ctx.workdir)
     best = ctx.best
     items = checks.check(final, template=runner.template_text(ctx), base_dir=checkpoints.base(ctx).local, best=best,
-                         changed_eval_files=_protected_changed(ctx),
+                         changed_eval_files=protected_changed(ctx),
                          evaluate=_eval_run(ctx, inp) if inp.eval_limit else None)
     passed = all(i.passed for i in items)
     record = {"passed": passed, "ts": iso(), "path": str(final), "checkpoint": (best or {}).get("checkpoint"),

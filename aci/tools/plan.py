@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Literal
 
 from pydantic import Field
@@ -12,7 +11,7 @@ from aci.clock import read_timer
 from aci.context import Context
 from aci.errors import ACIError
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.state import iso, now
+from aci.state import iso, now, parse_ts
 from aci.summary import Gate, PhaseStatus, file_digest, gates, next_actions, phases
 
 PROTECTED = ("evaluate.py", "evaluation_code", "templates")
@@ -95,10 +94,9 @@ def _check_fields(ctx: Context, card: dict) -> list[str]:
         ctx.path(card["template"], must_exist=True, what="template")
     if card.get("deadline"):
         try:
-            d = datetime.fromisoformat(card["deadline"])
+            card["deadline"] = parse_ts(card["deadline"]).isoformat()
         except ValueError:
             raise ACIError(f"deadline {card['deadline']!r} is not an ISO date-time") from None
-        card["deadline"] = (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).isoformat()
     return warnings
 
 
