@@ -112,7 +112,7 @@ def test_a_failing_eval_command_is_a_clear_error_recorded_in_state_and_promotes_
     assert e["checkpoint"] == "ck" and message in e["error"] and e["score"] is None
     assert c.state.journal(1)[0]["kind"] == "eval" and "failed" in c.state.journal(1)[0]["message"]
     assert not (workdir / "final_model").exists() and c.state.read(records.BEST) is None
-    assert not list((workdir / ".aci").iterdir())  # the throw-away evaluation folder is gone
+    assert not list((workdir / ".aci-scratch").iterdir())  # the throw-away evaluation folder is gone
     with pytest.raises(ACIError) as refused:  # a failed evaluation cannot justify a promotion either
         call(workdir, action="promote", checkpoint="ck")
     assert refused.value.rule == "keep-best" and not (workdir / "final_model").exists()
@@ -307,7 +307,7 @@ def test_lora_trained_on_a_lora_checkpoint_merges_onto_its_merged_parent(workdir
     key = "model.layers.1.self_attn.q_proj.weight"
     got = load_file(workdir / "final_model" / "model.safetensors")[key]
     assert torch.allclose(got, expected[key], atol=1e-6)
-    assert not list(workdir.glob("final_model.*")) and not list((workdir / ".aci").iterdir())
+    assert not list(workdir.glob("final_model.*")) and not list((workdir / ".aci-scratch").iterdir())
     # a LoRA checkpoint the trainer also saved merged is used as that full model
     merged_dir = workdir / "j3" / "checkpoint-3" / "merged"
     copy_model(tiny_model, merged_dir, 0.95)

@@ -30,7 +30,7 @@ from aci.evaluation.checkpoints import Checkpoint
 from aci.state import iso
 
 EVALS = "evals"
-WORK = ".aci"  # throw-away model folders, under the working directory
+WORK = ".aci-scratch"  # throw-away model folders, under the working directory (.aci/ holds the installed bundle)
 
 
 class EvalSpec(BaseModel):
