@@ -29,7 +29,7 @@ from pathlib import Path
 from aci.errors import ACIError
 from aci.evaluation.folder import fsync_tree, read_json
 from aci.manifest import file_hash
-from aci.state import atomic_write_json
+from aci.state import atomic_write_json, fsync_dir
 
 FINAL = "final_model"
 MARKER = ".aci-promotion.json"
@@ -105,14 +105,6 @@ def seal(folder: Path, record: dict) -> dict:
     return m
 
 
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap the names of two directories; False when the platform cannot."""
     if os.environ.get(EXCHANGE_ENV) == "0":
@@ -146,7 +138,7 @@ def recover(workdir: Path) -> list[str]:
         if complete:
             newest = max(complete)[1]
             os.rename(newest, final)
-            _fsync_dir(workdir)
+            fsync_dir(workdir)
             done.append(f"restored {FINAL} from {newest.name} (a promotion was interrupted mid-swap)")
     if final.exists():
         for p in _leftovers(workdir):
@@ -174,20 +166,20 @@ def install(workdir: Path, tag: str, build: Callable[[Path], dict], record: dict
     if final.exists() and marker(final) is None:
         aside = workdir / f"{FINAL}.unmanaged-{time.strftime('%Y%m%d-%H%M%S')}"
         os.rename(final, aside)
-        _fsync_dir(workdir)
+        fsync_dir(workdir)
         notes.append(f"{FINAL} was not made by a promotion: kept it as {aside.name}")
     if final.exists() and _exchange(tmp, final):
-        _fsync_dir(workdir)
+        fsync_dir(workdir)
         shutil.rmtree(tmp, ignore_errors=True)  # now holds the previous model
     elif final.exists():
         old = workdir / f"{FINAL}.old-{tag}"
         os.rename(final, old)
-        _fsync_dir(workdir)
+        fsync_dir(workdir)
         os.rename(tmp, final)
-        _fsync_dir(workdir)
+        fsync_dir(workdir)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, final)
-        _fsync_dir(workdir)
+        fsync_dir(workdir)
     return m, notes
 
