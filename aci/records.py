@@ -119,6 +119,8 @@ class JobExit(Record):
     status: Literal["succeeded", "failed", "stopped"]
     ended_at: datetime
     reason: str | None = None
+    cpu_s: float | None = Field(None, description="CPU seconds used by the job's processes (user + system)")
+    max_rss_mb: float | None = Field(None, description="peak resident memory of the job's largest process")
 
 
 SCHEMAS: dict[str, type[BaseModel]] = {
@@ -131,15 +133,22 @@ SCHEMAS: dict[str, type[BaseModel]] = {
 }
 
 
-def write_schemas(folder: Path) -> list[Path]:
+def write_json_schemas(folder: Path, schemas: dict[str, dict]) -> list[Path]:
+    """Write `<name>.schema.json` files (generated copies that tests keep in sync with the code)."""
     folder.mkdir(parents=True, exist_ok=True)
     out = []
-    for name, model in SCHEMAS.items():
+    for name, schema in schemas.items():
         p = folder / f"{name}.schema.json"
-        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
         p.write_text(json.dumps(schema, indent=2) + "\n")
         out.append(p)
     return out
+
+
+def write_schemas(folder: Path) -> list[Path]:
+    return write_json_schemas(folder, {
+        name: {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
+        for name, model in SCHEMAS.items()
+    })
 
 
 if __name__ == "__main__":

@@ -666,13 +666,9 @@ def record_texts(row: dict) -> dict[str, str]:
 # -- schema files -----------------------------------------------------------------------------------
 def write_schemas(folder: Path) -> list[Path]:
     """Write `task.schema.json` and `sft-sample.schema.json` (a test keeps the committed copies in sync)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    for name, schema in SCHEMAS.items():
-        p = folder / f"{name}.schema.json"
-        p.write_text(json.dumps(schema, indent=2) + "\n")
-        out.append(p)
-    return out
+    from aci.records import write_json_schemas
+
+    return write_json_schemas(folder, SCHEMAS)
 
 
 if __name__ == "__main__":
