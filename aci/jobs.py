@@ -15,6 +15,7 @@ reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from aci import records
 from aci.errors import ACIError
-from aci.state import State, atomic_write_json, iso, read_json
+from aci.state import State, atomic_write_json, iso, now, read_json
 
 STOP_GRACE_S = 20.0
 
@@ -65,7 +66,8 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         folder.mkdir(parents=True)
         w.write_json(f"{rel}/config.json", config)
         record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)
-        w.write_json(f"{rel}/job.json", record.model_dump(mode="json") | {"cwd": str(cwd)})
+        dumped = record.model_dump(mode="json") | {"started_at": iso(record.started_at)}  # state's iso format
+        w.write_json(f"{rel}/job.json", dumped | {"cwd": str(cwd)})
         log = open(folder / "log", "ab")
         full_env = {**os.environ, **(env or {}), "ACI_JOB_DIR": str(folder), "ACI_STATE": str(state.root),
                     "PYTHONUNBUFFERED": "1"}
@@ -75,7 +77,7 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
             start_new_session=True, env=full_env,
         )
         log.close()
-        w.write_json(f"{rel}/job.json", record.model_dump(mode="json") | {
+        w.write_json(f"{rel}/job.json", dumped | {
             "cwd": str(cwd), "supervisor_pid": sup.pid, "supervisor_start": _start_time(sup.pid)})
     return view(state, job_id)
 
@@ -173,8 +175,7 @@ def reap(state: State) -> list[str]:
                 if (d / "exit.json").exists():  # the supervisor finished after all: log nothing
                     raise _AlreadyEnded
                 reason = _vanished(read_json(d / "progress.json") or {})
-                ex = records.JobExit(returncode=None, status="failed", ended_at=iso(), reason=reason)
-                w.write_json(f"{records.JOBS}/{job['id']}/exit.json", ex.model_dump(mode="json"))
+                w.write_json(f"{records.JOBS}/{job['id']}/exit.json", _exit(None, "failed", reason))
                 w.track(f"{records.JOBS}/{job['id']}/job.json")  # with the pid its supervisor recorded
         except _AlreadyEnded:
             continue
@@ -242,6 +243,11 @@ def write_progress(fields: dict[str, Any], folder: str | Path | None = None) -> 
     atomic_write_json(folder / "progress.json", {**fields, "updated_at": iso()})
 
 
+def _exit(rc: int | None, status: str, reason: str | None, **usage) -> dict:
+    ex = records.JobExit(returncode=rc, status=status, ended_at=now(), reason=reason, **usage)
+    return ex.model_dump(mode="json") | {"ended_at": iso(ex.ended_at)}  # state's iso format
+
+
 def _supervise(folder: Path) -> int:
     """Run the job's command, then record how it ended. This process is the job's session leader."""
     job = read_json(folder / "job.json")
@@ -251,7 +257,10 @@ def _supervise(folder: Path) -> int:
         atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid,
                                                 "pid_start": _start_time(child.pid)})
     signal.signal(signal.SIGTERM, lambda *_: _signal_group(child.pid, signal.SIGTERM))
-    rc = child.wait()
+    _, raw, usage = os.wait4(child.pid, 0)  # like child.wait(), plus the resources the job used
+    rc = child.returncode = os.waitstatus_to_exitcode(raw)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime + own.ru_utime + own.ru_stime
     stopped = (folder / "stop").exists()
     if stopped:
         status, reason = "stopped", "stop requested"
@@ -261,12 +270,14 @@ def _supervise(folder: Path) -> int:
         status, reason = "failed", f"killed by signal {signal.Signals(-rc).name}"
     else:
         status, reason = "failed", f"exited with code {rc}"
+    if rc == -signal.SIGKILL and status == "failed":
+        reason += f" (the out-of-memory killer sends it too; peak memory {usage.ru_maxrss / 1024:.0f} MB)"
     if status == "failed":
         last = [ln for ln in tail(folder / "log", 5).splitlines() if ln.strip()]
         reason += f": {last[-1][:300]}" if last else ""
-    ex = records.JobExit(returncode=rc, status=status, ended_at=iso(), reason=reason)
+    ex = _exit(rc, status, reason, cpu_s=round(cpu, 2), max_rss_mb=round(usage.ru_maxrss / 1024, 1))
     with state.event(job["kind"], f"job {job['id']} {status}", tool=job["kind"], data={"job": job["id"], "returncode": rc}) as w:
-        w.write_json(f"{records.JOBS}/{job['id']}/exit.json", ex.model_dump(mode="json"))
+        w.write_json(f"{records.JOBS}/{job['id']}/exit.json", ex)
         w.track(f"{records.JOBS}/{job['id']}/job.json")  # with the pid recorded at launch
     return 0
 

@@ -49,6 +49,26 @@ class Encoded:
     text: str = field(default="", repr=False)
 
 
+def load_tokenizer(model: str | Path) -> Any:
+    """The model's tokenizer, built as `AutoTokenizer` builds it.
+
+    When the folder's `tokenizer_config.json` names its class, that class is used directly (the fast
+    variant first, as AutoTokenizer does): this skips AutoConfig, whose import pulls in torch and costs
+    seconds in the tool process. Anything else (hub ids, no class named) goes through AutoTokenizer.
+    """
+    import json
+
+    import transformers
+
+    cfg = Path(model) / "tokenizer_config.json"
+    name = json.loads(cfg.read_text()).get("tokenizer_class") if cfg.is_file() else None
+    for candidate in ([f"{name}Fast", name] if name and not name.endswith("Fast") else [name] if name else []):
+        cls = getattr(transformers, candidate, None)
+        if cls is not None:
+            return cls.from_pretrained(model)
+    return transformers.AutoTokenizer.from_pretrained(model)
+
+
 def load(template: str | Path | None, tokenizer: Any = None) -> Template:
     """The template in a `.jinja` file, or the tokenizer's own when `template` is None."""
     if template:

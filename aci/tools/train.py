@@ -144,13 +144,11 @@ def _deepspeed(inp: TrainInput, ctx: Context) -> str | None:
 
 def _inspect(inp: TrainInput, ctx: Context, model_path: str, template_path: Path | None) -> tuple[dict, list[str]]:
     """Load the tokenizer, render and tokenize the first samples; refuse data that cannot train anything."""
-    from transformers import AutoTokenizer
-
     from aci import templates
     from aci.training import data
 
     try:
-        tok = AutoTokenizer.from_pretrained(model_path)
+        tok = templates.load_tokenizer(model_path)
     except Exception as e:
         raise ACIError(f"cannot load the tokenizer of {model_path}: {type(e).__name__}: {e}") from None
     try:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import signal
 import time
-from datetime import datetime
 from pathlib import Path
 
 from transformers import TrainerCallback
 
 from aci import jobs, records
-from aci.state import State, iso, now
+from aci.state import State, iso, now, parse_ts
 from aci.training.config import TrainConfig
 
 PROGRESS_EVERY_S = 2.0
@@ -30,7 +29,7 @@ class JobCallback(TrainerCallback):
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
         self.state = State(cfg.state)
-        self.stop_at = datetime.fromisoformat(cfg.stop_at) if cfg.stop_at else None
+        self.stop_at = parse_ts(cfg.stop_at) if cfg.stop_at else None
         self.progress: dict = {"phase": "loading", "step": 0, "job": cfg.job}
         self.t0: float | None = None
         self.written = 0.0
@@ -117,7 +116,7 @@ class JobCallback(TrainerCallback):
             type="registered", checkpoint=f"{self.cfg.job}/checkpoint-{step}", ts=now(), path=str(folder),
             parent=self.cfg.parent, job=self.cfg.job, step=step, adapter=adapter,
         ).model_dump(mode="json", exclude_none=True)
-        entry.update(method=self.cfg.method, loss=self.progress.get("loss"),
+        entry.update(ts=iso(), method=self.cfg.method, loss=self.progress.get("loss"),  # ts in state's iso format
                      **({"merged": str(merged)} if merged else {}))
         with self.state.event("train", f"checkpoint {entry['checkpoint']} saved", tool="train",
                               data={"job": self.cfg.job, "checkpoint": entry["checkpoint"]}) as w:

@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
     import datasets
     import torch
     import transformers
-    from transformers import AutoTokenizer, set_seed
+    from transformers import set_seed
 
     from aci.training.callbacks import JobCallback
 
@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
     set_seed(cfg.seed)
     cuda = torch.cuda.is_available()
     callback = JobCallback(cfg)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
+    tokenizer = templates.load_tokenizer(cfg.model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     template = templates.load(cfg.template, tokenizer)

@@ -1,0 +1,134 @@
+"""Overhead of `aci train` against a plain TRL script doing the same SFT run, in the same session.
+
+Both sides train the embedded "demo" model on the same samples with the same settings (steps, batch,
+max length, learning rate and schedule, checkpoints, CPU fp32), rendered with the same ChatML template:
+
+* aci: `aci train start` as a fresh CLI process (imports, gates, tokenizer checks, one git commit, job
+  launch) until the job's `exit.json` exists (checkpoints registered in state, progress written);
+* plain: `python <this file> --plain` running `SFTTrainer(assistant_only_loss=True)` with the template's
+  generation markers, the way a hand-written script would, from process start to exit.
+
+The two alternate `--repeat` times and the best wall time of each counts: other processes on a shared
+machine only ever add time. The last line printed is `ratio=X` (aci / plain; target <= 1.10).
+
+    .venv/bin/python bench/train_overhead.py [--steps 400] [--repeat 3] [--metric wall|cpu]
+
+`aci train` adds a fixed cost (the CLI's checks: tokenizer, rendering, gates, one git commit; the job
+supervisor; an event per checkpoint), so the ratio falls as the run grows; `overhead_s` prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ACI = [sys.executable, "-m", "aci.cli"]
+
+
+def settings(steps: int) -> dict:
+    return {"max_length": 128, "batch_size": 4, "grad_accum": 1, "max_steps": steps, "learning_rate": 1e-4,
+            "lr_scheduler": "cosine", "warmup_ratio": 0.03, "save_steps": max(1, steps // 2), "logging_steps": 10,
+            "seed": 0}
+
+
+def samples(n: int = 256) -> list[dict]:
+    return [{"messages": [{"role": "user", "content": f"What is {i} plus {i + 7}? Answer with the sum."},
+                          {"role": "assistant", "content": f"{i} plus {i + 7} is {2 * i + 7}.\nANSWER: {2 * i + 7}"}]}
+            for i in range(n)]
+
+
+def plain(model: str, data: str, out: str, steps: int) -> None:
+    """The baseline: TRL's own conversational pipeline with assistant-only loss."""
+    from datasets import load_dataset
+    from trl import SFTConfig, SFTTrainer
+
+    s = settings(steps)
+    ds = load_dataset("json", data_files=data, split="train")
+    fields = {f.name for f in dataclasses.fields(SFTConfig)}  # transformers 5 folds warmup_ratio into warmup_steps
+    warmup = {"warmup_ratio" if "warmup_ratio" in fields else "warmup_steps": s["warmup_ratio"]}
+    args = SFTConfig(
+        output_dir=out, max_length=s["max_length"], per_device_train_batch_size=s["batch_size"],
+        gradient_accumulation_steps=s["grad_accum"], max_steps=steps, learning_rate=s["learning_rate"],
+        lr_scheduler_type=s["lr_scheduler"], save_steps=s["save_steps"], save_only_model=True,
+        logging_steps=s["logging_steps"], seed=s["seed"], report_to="none", use_cpu=True, bf16=False,
+        gradient_checkpointing=False,  # TRL's default is on; `aci train` turns it on only with CUDA
+        assistant_only_loss=True, disable_tqdm=True, **warmup,
+    )
+    SFTTrainer(model=model, args=args, train_dataset=ds).train()
+
+
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_aci(work: Path, steps: int) -> tuple[float, float]:
+    """Wall and CPU seconds: the CLI process, then the detached job (its supervisor reports its CPU)."""
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in settings(steps).items()]
+    t0, c0 = time.perf_counter(), children_cpu()
+    out = subprocess.run([*ACI, "--json", "train", "start", "--data", "data.jsonl", *args, "--concurrent"],
+                         cwd=work, capture_output=True, text=True, check=True)
+    cli_cpu = children_cpu() - c0
+    job = json.loads(out.stdout)["job"]["id"]
+    exit_file = work / "state" / "jobs" / job / "exit.json"
+    while not exit_file.exists():
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    ex = json.loads(exit_file.read_text())
+    if ex["status"] != "succeeded":
+        raise SystemExit(f"aci job {job} {ex['status']}: see {exit_file.parent / 'log'}")
+    return wall, cli_cpu + ex["cpu_s"]
+
+
+def run_plain(work: Path, steps: int, k: int) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), children_cpu()
+    subprocess.run([sys.executable, __file__, "--plain", str(work / "model"), str(work / "data.jsonl"),
+                    str(work / f"plain-{k}"), str(steps)], check=True, capture_output=True)
+    return time.perf_counter() - t0, children_cpu() - c0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=400, help="~30 s of plain TRL on an idle 2-core machine")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--metric", choices=["wall", "cpu"], default="wall",
+                    help="what ratio= reports; cpu is steadier on a machine shared with other work")
+    a = ap.parse_args()
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    os.environ.pop("ACI_STATE", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        from aci.embedded import build_model
+
+        build_model(work / "model", "demo")
+        (work / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples()))
+        subprocess.run([*ACI, "plan", "init", "--base-model", str(work / "model"), "--benchmark", "bench",
+                        "--profile", "default"], cwd=work, check=True, capture_output=True)
+        aci, base = [], []
+        for k in range(a.repeat):
+            base.append(run_plain(work, a.steps, k))
+            aci.append(run_aci(work, a.steps))
+            print(f"run {k + 1}: aci {aci[-1][0]:.2f} s wall {aci[-1][1]:.2f} s CPU, "
+                  f"plain TRL {base[-1][0]:.2f} s wall {base[-1][1]:.2f} s CPU", flush=True)
+    wall = min(w for w, _ in aci) / min(w for w, _ in base)
+    cpu = min(c for _, c in aci) / min(c for _, c in base)
+    print(f"best: aci {min(w for w, _ in aci):.2f} s wall {min(c for _, c in aci):.2f} s CPU; plain TRL "
+          f"{min(w for w, _ in base):.2f} s wall {min(c for _, c in base):.2f} s CPU ({a.steps} steps, demo model)")
+    print(f"overhead_s={min(w for w, _ in aci) - min(w for w, _ in base):.2f} wall_ratio={wall:.3f} cpu_ratio={cpu:.3f}")
+    print(f"ratio={wall if a.metric == 'wall' else cpu:.3f}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--plain"]:
+        plain(*sys.argv[2:5], int(sys.argv[5]))
+    else:
+        main()
