@@ -6,7 +6,7 @@ tokenizer trained on `aci/assets/corpus.txt` (shipped text), a ChatML chat templ
 code everywhere else stays the real `from_pretrained` path: these folders look exactly like a hub model.
 
 Sizes: "test" (~150 KB: fast enough for every unit test to train, merge and serve it) and "demo"
-(a few million parameters: big enough to learn the demo's toy task on a 2-core CPU in minutes).
+(~0.5 M parameters, 2 MB: big enough to learn the demo's toy task on a 2-core CPU in minutes).
 """
 
 from __future__ import annotations
@@ -43,18 +43,40 @@ CHATML_TEMPLATE = (
 SIZES = {
     "test": dict(vocab=600, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=512),
-    "demo": dict(vocab=1000, hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=1024),
+    # Two layers learn the demo's copy/reverse/swap task in a few hundred steps on two CPU cores. The
+    # demo's tokenizer splits text as Qwen2's does (one token per digit), so every loader agrees (below).
+    "demo": dict(vocab=1000, hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=1024, pretokenizer="qwen2"),
 }
 
+# Qwen2's pre-tokenizer (as transformers' Qwen2Tokenizer builds it): digits one by one, words with an
+# optional leading non-letter, punctuation runs, newlines.
+QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+               r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 
-def build_tokenizer(out_dir: str | Path, vocab: int = 600):
-    """Train the BPE tokenizer on the shipped corpus and save it (with the chat template) to `out_dir`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+def build_tokenizer(out_dir: str | Path, vocab: int = 600, pretokenizer: str = "bytelevel"):
+    """Train the BPE tokenizer on the shipped corpus and save it (with the chat template) to `out_dir`.
+
+    `pretokenizer="qwen2"` trains it behind Qwen2's pre-tokenizer and names `Qwen2Tokenizer` as its class.
+    That matters because transformers 5 loads a qwen2 model's tokenizer through `Qwen2Tokenizer`, which
+    rebuilds Qwen2's pre-tokenizer and ignores the one saved in tokenizer.json, while a loader that takes
+    the saved class (or transformers 4.57's fast tokenizer) uses the saved one: with plain byte-level
+    splitting the two disagree on digits (' 45' vs ' ', '4', '5'), so a model trained through one and
+    evaluated through the other sees different tokens. With Qwen2's splitting they agree.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if pretokenizer == "qwen2":
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -73,6 +95,8 @@ def build_tokenizer(out_dir: str | Path, vocab: int = 600):
     cfg_path = out / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["chat_template"] = CHATML_TEMPLATE
+    if pretokenizer == "qwen2":
+        cfg["tokenizer_class"] = "Qwen2Tokenizer"
     cfg_path.write_text(json.dumps(cfg, indent=2))
     return fast
 
@@ -84,7 +108,7 @@ def build_model(out_dir: str | Path, size: str = "test", seed: int = 0) -> Path:
 
     spec = dict(SIZES[size])
     out = Path(out_dir)
-    tok = build_tokenizer(out, spec.pop("vocab"))
+    tok = build_tokenizer(out, spec.pop("vocab"), spec.pop("pretokenizer", "bytelevel"))
     eot, pad = tok.convert_tokens_to_ids(EOT), tok.convert_tokens_to_ids("<|endoftext|>")
     config = Qwen2Config(
         vocab_size=len(tok), tie_word_embeddings=True, eos_token_id=eot, pad_token_id=pad, bos_token_id=None,
