@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -36,7 +37,8 @@ def test_sft_full_lora_and_grpo_jobs_through_mcp(run, tiny_model):
             full = _ok(await c.call_tool("train", {"action": "start", "data": "sft.jsonl", **FAST, "max_steps": 3,
                                                    "save_steps": 2, "note": "full"}))
             lora = _ok(await c.call_tool("train", {"action": "start", "data": "sft.jsonl", **FAST, "max_steps": 2,
-                                                   "lora": True, "merge_lora": True, "concurrent": True}))
+                                                   "save_steps": 1, "lora": True, "merge_lora": True,
+                                                   "concurrent": True}))
             grpo = _ok(await c.call_tool("train", {
                 "action": "start", "method": "grpo", "data": "tasks.jsonl", **FAST, "batch_size": 4,
                 "num_generations": 2, "max_completion_length": 8, "max_steps": 2, "concurrent": True}))
@@ -51,6 +53,15 @@ def test_sft_full_lora_and_grpo_jobs_through_mcp(run, tiny_model):
                 if all(v["job"]["status"] != "running" for v in views.values()):
                     break
                 await asyncio.sleep(0.5)
+            # train on from a LoRA checkpoint whose merged copy is gone: the job merges the adapter itself
+            adapter = f"{ids[1]}/checkpoint-1"
+            shutil.rmtree(run / "checkpoints" / ids[1] / "checkpoint-1" / "merged")
+            more = _ok(await c.call_tool("train", {"action": "start", "data": "sft.jsonl", **FAST, "max_steps": 1,
+                                                   "model": adapter}))
+            while (v := _ok(await c.call_tool("train", {"action": "status", "job": more["job"]["id"]})))["job"][
+                    "status"] == "running" and time.monotonic() < end:
+                await asyncio.sleep(0.5)
+            views[more["job"]["id"]] = v
             listed = _ok(await c.call_tool("train", {"action": "list"}))
             dry = _ok(await c.call_tool("train", {"action": "dry-run", "data": "sft.jsonl", **FAST, "max_steps": 3}))
             return full, views, seen_running, listed, dry
@@ -60,6 +71,11 @@ def test_sft_full_lora_and_grpo_jobs_through_mcp(run, tiny_model):
         assert v["job"]["status"] == "succeeded", (i, v["job"]["reason"], v["job"].get("log_tail"))
     ids = list(views)
     assert {j["id"] for j in listed["jobs"]} == set(ids)
+    chained = views.pop(ids.pop())  # the job trained from the LoRA checkpoint
+    assert chained["job"]["status"] == "succeeded", chained["job"].get("log_tail")
+    assert chained["checkpoints"][0]["parent"] == f"{ids[1]}/checkpoint-1" and not chained["checkpoints"][0]["adapter"]
+    cfg = json.loads((run / "state" / "jobs" / chained["job"]["id"] / "config.json").read_text())
+    assert cfg["model_adapter"] and cfg["model_path"].endswith(f"{ids[1]}/checkpoint-1")
 
     # the checks ran before launch on the evaluation's template, which has no generation markers
     checks = full["checks"]
@@ -75,9 +91,9 @@ def test_sft_full_lora_and_grpo_jobs_through_mcp(run, tiny_model):
     reg = [e for e in read_jsonl(run / "state" / records.CHECKPOINTS) if e["type"] == "registered"]
     by_job = {i: [e for e in reg if e["job"] == i] for i in ids}
     assert [e["checkpoint"] for e in by_job[ids[0]]] == [f"{ids[0]}/checkpoint-2", f"{ids[0]}/checkpoint-3"]
-    assert [e["checkpoint"] for e in by_job[ids[1]]] == [f"{ids[1]}/checkpoint-2"]
+    assert [e["checkpoint"] for e in by_job[ids[1]]] == [f"{ids[1]}/checkpoint-1", f"{ids[1]}/checkpoint-2"]
     assert [e["checkpoint"] for e in by_job[ids[2]]] == [f"{ids[2]}/checkpoint-2"]
-    for e in reg:
+    for e in (e for i in ids for e in by_job[i]):
         records.CheckpointEntry.model_validate(e)
         assert e["parent"] == "base" and Path(e["path"]).is_dir() and e["adapter"] == (e["job"] == ids[1])
     assert [c["checkpoint"] for c in views[ids[0]]["checkpoints"]] == [e["checkpoint"] for e in by_job[ids[0]]]
@@ -85,7 +101,7 @@ def test_sft_full_lora_and_grpo_jobs_through_mcp(run, tiny_model):
     # checkpoints carry the evaluation's template and stop generating at its end-of-turn token
     template = (run / "templates" / "model.jinja").read_text()
     full_ckpt = Path(by_job[ids[0]][-1]["path"])
-    merged = Path(by_job[ids[1]][0]["merged"])
+    merged = Path(by_job[ids[1]][-1]["merged"])
     for folder in (full_ckpt, merged, Path(by_job[ids[2]][0]["path"])):
         from transformers import AutoTokenizer
 
@@ -94,7 +110,7 @@ def test_sft_full_lora_and_grpo_jobs_through_mcp(run, tiny_model):
         eos = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
         assert tok.convert_tokens_to_ids("<|im_end|>") in (eos if isinstance(eos, list) else [eos])
     assert (merged / "model.safetensors").is_file() and not (merged / "adapter_config.json").exists()
-    assert (Path(by_job[ids[1]][0]["path"]) / "adapter_config.json").is_file()
+    assert (Path(by_job[ids[1]][-1]["path"]) / "adapter_config.json").is_file()
 
     # progress: seen while running, final figures after
     for i in ids:

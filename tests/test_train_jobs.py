@@ -1,19 +1,20 @@
 """Training jobs as processes: progress while running, a graceful stop that saves a last checkpoint, jobs
 killed with SIGKILL (the trainer alone, or the trainer and its supervisor) reported failed with state
-consistent, and a new job starting afterwards."""
+consistent, and a new job starting afterwards that saves and stops by itself where the final reserve begins."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+from datetime import timedelta
 
 import pytest
 
-from aci import jobs, records
+from aci import jobs, records, registry
 from aci.errors import ACIError
-from aci.state import State, read_json, read_jsonl
-from tests.train_helpers import FAST, call, make_run, no_stray_jobs, wait  # noqa: F401 (fixture)
+from aci.state import State, now, read_json, read_jsonl
+from tests.train_helpers import FAST, call, ctx_for, make_run, no_stray_jobs, wait  # noqa: F401 (fixture)
 
 LONG = {**FAST, "max_steps": 100_000, "save_steps": 100_000, "lr_scheduler": "constant"}
 
@@ -74,11 +75,17 @@ def test_stop_kill_and_restart(tmp_path, tiny_model, monkeypatch):
     assert {j.id: j.status for j in call(tmp_path, action="list").jobs} == {a.id: "stopped", b.id: "failed",
                                                                            c.id: "failed"}
 
-    # and a new job starts (no --concurrent needed) and succeeds
-    d = call(tmp_path, action="start", data="sft.jsonl", **FAST, max_steps=1).job
+    # and a new job starts (no --concurrent needed). Its declared throughput is wildly optimistic, so the
+    # deadline gate lets it through, but the job saves and stops by itself where the final reserve begins.
+    reserve = timedelta(minutes=ctx_for(tmp_path).rules.profile.final_reserve_min)
+    registry.call("plan", {"action": "update", "deadline": (now() + reserve + timedelta(seconds=75)).isoformat()},
+                  ctx_for(tmp_path))
+    d = call(tmp_path, action="start", data="sft.jsonl", **LONG, tokens_per_s=1e9).job
     done = wait(tmp_path, d.id, timeout=240)
     assert done.job.status == "succeeded", done.job.log_tail
-    assert [e["checkpoint"] for e in done.checkpoints] == [f"{d.id}/checkpoint-1"]
+    p = done.job.progress
+    assert "reached the final reserve" in p["stop_reason"] and 0 < p["step"] < 100_000
+    assert [e["checkpoint"] for e in done.checkpoints] == [f"{d.id}/checkpoint-{p['step']}"]
 
 
 def test_a_recycled_pid_is_not_mistaken_for_the_job(tmp_path):

@@ -211,7 +211,7 @@ def _check_graders(inp: TrainInput, ctx: Context, raw_tasks: list[str]) -> None:
 
 def _prepare(inp: TrainInput, ctx: Context, job_id: str) -> tuple[TrainConfig, dict, list[str]]:
     """Every check of `start`; returns the resolved config, the check report, and warnings."""
-    card = ctx.require_card()
+    ctx.require_card()
     if not inp.data:
         raise ACIError(f"{inp.action} needs --data (a JSONL file of {'SFT samples' if inp.method == 'sft' else 'tasks'})")
     data_path = ctx.path(inp.data, must_exist=True, what="data")
@@ -224,8 +224,6 @@ def _prepare(inp: TrainInput, ctx: Context, job_id: str) -> tuple[TrainConfig, d
         raise ACIError(f"grpo: batch_size x grad_accum x num_gpus = {inp.batch_size * inp.grad_accum * inp.num_gpus} "
                        f"completions must be a multiple of num_generations={inp.num_generations}")
     report, warnings = _inspect(inp, ctx, src.path, template_path)
-    if ctx.card and card.get("template") and template_path is None:
-        warnings.append("training with the tokenizer's template although the run card names one")
     from aci.training.data import count_rows
 
     rows = count_rows(data_path)

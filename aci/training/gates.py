@@ -43,16 +43,14 @@ def resolve_model(ctx: Context, model: str) -> Source:
     registered = {e["checkpoint"]: e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "registered"}
     if model in ("base", base, base_ref):
         return Source("base", base_ref, False)
-    if model not in registered:  # perhaps a path to the base model or to a registered checkpoint
+    if model not in registered:  # perhaps a path to the base model, a checkpoint, or its merged/ copy
         p = Path(model) if Path(model).is_absolute() else ctx.workdir / model
         if p.exists():
             p = p.resolve()
             if str(p) == base_ref:
                 return Source("base", base_ref, False)
-            for cid, e in registered.items():
-                if e.get("path") and Path(e["path"]).resolve() in (p, p.parent) or e.get("merged") == str(p):
-                    model = cid
-                    break
+            model = next((cid for cid, e in registered.items() if e.get("path") and Path(e["path"]).resolve() in
+                          (p, p.parent)), model)
     entry = registered.get(model)
     if entry is None:
         known = ", ".join(["base", *list(registered)[-5:]])

@@ -46,7 +46,9 @@ def load_model(cfg: TrainConfig, cuda: bool):
     if cfg.model_adapter:  # a LoRA checkpoint: merge it into its base, then train the result
         from peft import AutoPeftModelForCausalLM
 
-        return AutoPeftModelForCausalLM.from_pretrained(cfg.model_path, **kw).merge_and_unload()
+        model = AutoPeftModelForCausalLM.from_pretrained(cfg.model_path, **kw).merge_and_unload()
+        model.requires_grad_(True)  # peft froze the base weights; all of them train now (or LoRA refreezes)
+        return model
     return AutoModelForCausalLM.from_pretrained(cfg.model_path, **kw)
 
 
