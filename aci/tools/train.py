@@ -105,7 +105,8 @@ class TrainOutput(ToolOutput):
         for j in ([self.job] if self.job else []) + self.jobs:
             p = j.progress
             bits = [f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else p.get("phase", "")]
-            bits += [f"{k}={p[k]}" for k in ("loss", "tokens_per_s", "eta_s", "last_checkpoint") if p.get(k) is not None]
+            bits += [f"{k}={p[k]:.4g}" if isinstance(p[k], float) else f"{k}={p[k]}"
+                     for k in ("loss", "reward", "tokens_per_s", "eta_s", "last_checkpoint") if p.get(k) is not None]
             lines.append(f"{j.id} {j.status} " + " ".join(b for b in bits if b) + (f" ({j.reason})" if j.reason else ""))
         if self.checks:
             c = self.checks
