@@ -2,7 +2,8 @@
 
 `start()` launches `python -m aci.jobs <job dir>` in a new session (so it outlives the MCP server and
 the agent's shell). That supervisor runs the job's command with its output in `log`, waits, and writes
-`exit.json` and a journal event when the command ends, for any reason. The job itself reports progress
+`exit.json` (with the CPU time and peak memory the job used) and a journal event when the command ends,
+for any reason. The job itself reports progress
 by writing `progress.json` (see `write_progress`). A job whose supervisor vanished without `exit.json`
 (SIGKILL, OOM killer, machine restart) is reported failed, with the tail of its log, and `reap()` records
 that verdict in state so it survives. Processes are recognised by pid *and* start time, so a recycled
