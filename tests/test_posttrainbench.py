@@ -223,7 +223,7 @@ def test_version_check_fails_loudly_when_the_stack_changed(tmp_path):
 
 
 def test_prompt_parsing_and_refusals(tmp_path):
-    out = common(f'aci_parse_prompt "$PROMPT"', env={"PROMPT": HARNESS_PROMPT.format(model="Qwen/Qwen3-4B-Base")})
+    out = common('aci_parse_prompt "$PROMPT"', env={"PROMPT": HARNESS_PROMPT.format(model="Qwen/Qwen3-4B-Base")})
     assert out.stdout.splitlines() == ["Qwen/Qwen3-4B-Base", "GSM8K (Grade School Math 8K)"]
     task = make_task(tmp_path)
     no_model = subprocess.run(["bash", "-c", f"ACI_AGENT=codex; . {PTB / 'common.sh'}; aci_setup"], cwd=task,
@@ -244,3 +244,16 @@ def test_packed_solve_sh_is_one_self_contained_file(tmp_path, wheel):
         eval "$(sed -n '/^aci_packed_wheel() {{/,/^}}/p' {script})"
         aci_packed_wheel {tmp_path}""")], capture_output=True, text=True, check=True)
     assert Path(out.stdout.strip()).read_bytes() == wheel.read_bytes()
+
+
+def test_venv_without_ensurepip_falls_back_to_the_containers_pip(tmp_path):
+    """A python whose `-m venv` fails (no ensurepip, as on Debian) still gets a working venv."""
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/bash\nif [ "$1 $2" = "-m venv" ] && [ "$3" != --without-pip ] && [ "$4" != --without-pip ]; '
+                    f'then echo "ensurepip is not available" >&2; exit 1; fi\nexec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    out = common("mkdir -p \"$ACI_HOME\"", "aci_make_venv", "aci_pip --version",
+                 env={"ACI_PYTHON": str(fake), "ACI_HOME": str(tmp_path / "aci")})
+    assert out.returncode == 0, out.stderr
+    assert "making the venv without pip" in out.stderr and "ensurepip is not available" in out.stderr
+    assert out.stdout.startswith("pip ") and not (tmp_path / "aci" / "venv" / "bin" / "pip").exists()

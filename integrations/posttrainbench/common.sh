@@ -79,7 +79,12 @@ PY
 }
 
 aci_make_venv() {
-    "$ACI_PYTHON" -m venv --system-site-packages "$ACI_VENV"
+    if ! "$ACI_PYTHON" -m venv --system-site-packages "$ACI_VENV" 2> "$ACI_HOME/venv.log"; then
+        # Debian-style pythons lack ensurepip: make the venv bare; pip then comes from the container.
+        aci_log "python -m venv failed ($(tail -n 1 "$ACI_HOME/venv.log")); making the venv without pip"
+        rm -rf "$ACI_VENV"
+        "$ACI_PYTHON" -m venv --system-site-packages --without-pip "$ACI_VENV"
+    fi
     # A harness interpreter that is itself a venv is not what --system-site-packages exposes: add its
     # site-packages after ours, so our venv sees exactly the packages the container's python sees.
     local site
@@ -101,7 +106,15 @@ aci_package() {
     fi
 }
 
-aci_pip() { "$ACI_VENV/bin/python" -m pip --disable-pip-version-check --no-input "$@"; }
+aci_pip() {
+    if "$ACI_VENV/bin/python" -c 'import pip' 2> /dev/null; then
+        "$ACI_VENV/bin/python" -m pip --disable-pip-version-check --no-input "$@"
+    elif command -v uv > /dev/null; then
+        uv pip "$@" --python "$ACI_VENV/bin/python"
+    else
+        aci_die "no pip for $ACI_VENV: the container's python has neither ensurepip nor pip, and uv is missing"
+    fi
+}
 
 aci_install_bundle() {
     local package requirements
