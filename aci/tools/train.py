@@ -8,7 +8,6 @@ registers each checkpoint in state as soon as it is saved and stops by itself at
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import shutil
 import sys
@@ -19,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from aci import jobs, records
+from aci import jobs, manifest, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
@@ -121,10 +120,6 @@ class TrainOutput(ToolOutput):
             lines += ["log:", self.log]
         lines += [f"next: {n}" for n in self.next]
         return "\n".join(lines)
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _deepspeed(inp: TrainInput, ctx: Context) -> str | None:
@@ -233,9 +228,9 @@ def _prepare(inp: TrainInput, ctx: Context, job_id: str) -> tuple[TrainConfig, d
     cfg = TrainConfig(
         method=inp.method, job=job_id, state=str(ctx.state.root), workdir=str(ctx.workdir),
         output_dir=str(ctx.workdir / "checkpoints" / job_id), model_path=src.path, model_adapter=src.adapter,
-        parent=src.checkpoint, data=str(data_path), data_sha256=_sha256(data_path), data_rows=rows,
+        parent=src.checkpoint, data=str(data_path), data_sha256=manifest.file_hash(data_path), data_rows=rows,
         template=str(template_path) if template_path else None,
-        template_sha256=_sha256(template_path) if template_path else None,
+        template_sha256=manifest.file_hash(template_path) if template_path else None,
         template_kwargs=inp.template_kwargs or {}, profile=ctx.rules.name,
         lora=LoraSettings(r=inp.lora_r, alpha=inp.lora_alpha, dropout=inp.lora_dropout,
                           target_modules=inp.lora_targets or "all-linear") if inp.lora else None,
