@@ -488,13 +488,22 @@ def section_data(run: Run, plots: list[tuple[str, Path]]) -> str:
 def render(run: Run, out: Path) -> Path:
     """Write the PNG plots and the page into `out`; return the page's path."""
     out.mkdir(parents=True, exist_ok=True)
-    scores = plot_scores(run, out / "scores.png")
-    losses = plot_losses(run, out / "loss.png")
-    phase_png = plot_phases(run, out / "phases.png")
-    hists = plot_histograms(run, out)
+    try:
+        import matplotlib  # noqa: F401  (the plots need it; the page does not)
+    except ImportError:
+        scores = losses = phase_png = None
+        hists = []
+        note = ('<p class="muted">No plots: matplotlib is not installed '
+                '(<code>pip install "posttrain-aci[plots]"</code>).</p>')
+    else:
+        scores = plot_scores(run, out / "scores.png")
+        losses = plot_losses(run, out / "loss.png")
+        phase_png = plot_phases(run, out / "phases.png")
+        hists = plot_histograms(run, out)
+        note = ""
     c = run.card
     title = f"{Path(c['base_model']).name} on {c['benchmark']}"
-    body = "".join([
+    body = note + "".join([
         section_overview(run), section_scores(run, scores), section_phases(run, phase_png),
         section_training(run, losses), section_data(run, hists), section_timeline(run),
     ])

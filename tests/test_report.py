@@ -133,3 +133,11 @@ def test_browser_check_catches_console_errors_and_broken_images(tmp_path: Path):
     assert seen.text == "hello" and seen.broken_images == 1
     joined = "\n".join(seen.problems)
     assert "planted" in joined and "notDefined" in joined and "missing.png" in joined
+
+
+def test_report_without_matplotlib_still_renders(run_dir: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    page = report.write(run_dir / "state", tmp_path / "plain")
+    text = page.read_text()
+    assert "No plots: matplotlib is not installed" in text and "<img" not in text
+    assert "Scores" in text and "<svg" in text and not list((tmp_path / "plain").glob("*.png"))
