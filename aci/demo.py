@@ -56,7 +56,6 @@ class DemoError(click.ClickException):
 class Run:
     workdir: Path
     settings: Settings
-    quick: bool
     t0: float = field(default_factory=time.monotonic)
     phases: dict[str, float] = field(default_factory=dict)
     _phase: tuple[str, float] | None = None
@@ -76,9 +75,8 @@ class Run:
 class Agent:
     """The MCP client side: one call per tool, structured results, errors as DemoError."""
 
-    def __init__(self, client, run: Run):
+    def __init__(self, client):
         self.client = client
-        self.run = run
         self.calls = 0
 
     async def __call__(self, tool: str, **args: Any) -> dict:
@@ -279,7 +277,7 @@ async def drive(run: Run, bench: toybench.Bench) -> dict:
     error: DemoError | None = None
     async with Client(params) as client:
         try:
-            return await loop(Agent(client, run), run, bench)
+            return await loop(Agent(client), run, bench)
         except DemoError as e:  # raised outside the client's task group, so it is not wrapped in a group
             error = e
     raise error
@@ -331,7 +329,7 @@ def demo(workdir: Path, quick: bool) -> dict:
     import anyio
 
     os.environ.update({k: v for k, v in server_env().items() if k.startswith(("HF_", "TRANSFORMERS_"))})
-    run = Run(workdir=workdir, settings=QUICK if quick else FULL, quick=quick)
+    run = Run(workdir=workdir, settings=QUICK if quick else FULL)
     run.phase("build")
     prepare_workdir(workdir)
     bench = toybench.build(workdir, python=sys.executable)
