@@ -206,10 +206,12 @@ class State:
     # -- git ----------------------------------------------------------------------------------------
     def _ensure_repo(self) -> None:
         git_dir = self.root / ".git"
-        stale = git_dir / "index.lock"
-        if stale.exists():  # we hold the state lock, so no live writer owns it: a killed one left it
-            stale.unlink()
         if git_dir.is_dir():
+            # We hold the state lock, so no live writer owns a git lock file (index, HEAD, a branch ref):
+            # any that exists was left by a writer killed mid-commit and would block every later commit.
+            for stale in [git_dir / "index.lock", git_dir / "HEAD.lock", git_dir / "packed-refs.lock",
+                          *(git_dir / "refs").rglob("*.lock")]:
+                stale.unlink(missing_ok=True)
             return
         import git
 

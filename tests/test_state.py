@@ -107,3 +107,16 @@ def test_failed_block_writes_no_event(tmp_path):
         with s.event("note", "never"):
             raise RuntimeError("boom")
     assert s.journal() == []
+
+
+def test_stale_git_locks_from_a_killed_commit_are_cleared(tmp_path):
+    s = State(tmp_path / "state")
+    with s.event("note", "first"):
+        pass
+    git_dir = s.root / ".git"
+    branch = next(p for p in (git_dir / "refs" / "heads").iterdir())
+    for lock in (git_dir / "index.lock", git_dir / "HEAD.lock", branch.with_name(branch.name + ".lock")):
+        lock.write_text("left by a killed writer")
+    with State(s.root).event("note", "second"):
+        pass
+    assert State(s.root).history()[:2] == ["note: second", "note: first"]
