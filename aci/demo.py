@@ -264,7 +264,7 @@ async def finish(agent: Agent, run: Run) -> dict:
                 message=f"demo finished: final_model is {best['checkpoint']} at {best['score']:.3f}",
                 data={"best": best})
     summary = (await agent("log-state", action="summary", last=5))["state"]
-    run.say("summary", f"phase {summary['current_phase']}, {summary['time_left']} left; next: "
+    run.say("summary", f"phase {summary['current_phase'] or 'none (every gate passed)'}, {summary['time_left']} left; next: "
                        f"{(summary['next_actions'] or ['-'])[0]}")
     return summary
 
