@@ -43,10 +43,9 @@ CHATML_TEMPLATE = (
 SIZES = {
     "test": dict(vocab=600, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=512),
-    # Two layers learn the demo's copy/reverse/swap task in a few hundred steps on two CPU cores. The
-    # demo's tokenizer splits text as Qwen2's does (one token per digit), so every loader agrees (below).
+    # Two layers learn the demo's copy/reverse/swap task in a few hundred steps on two CPU cores.
     "demo": dict(vocab=1000, hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=1024, pretokenizer="qwen2"),
+                 num_key_value_heads=2, max_position_embeddings=1024),
 }
 
 # Qwen2's pre-tokenizer (as transformers' Qwen2Tokenizer builds it): digits one by one, words with an
@@ -55,11 +54,10 @@ QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| 
                r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 
-def build_tokenizer(out_dir: str | Path, vocab: int = 600, pretokenizer: str = "bytelevel"):
+def build_tokenizer(out_dir: str | Path, vocab: int = 600):
     """Train the BPE tokenizer on the shipped corpus and save it (with the chat template) to `out_dir`.
 
-    `pretokenizer="qwen2"` trains it behind Qwen2's pre-tokenizer and names `Qwen2Tokenizer` as its class.
-    That matters because transformers 5 loads a qwen2 model's tokenizer through `Qwen2Tokenizer`, which
+    It is trained behind Qwen2's pre-tokenizer and names `Qwen2Tokenizer` as its class. That matters because transformers 5 loads a qwen2 model's tokenizer through `Qwen2Tokenizer`, which
     rebuilds Qwen2's pre-tokenizer and ignores the one saved in tokenizer.json, while a loader that takes
     the saved class (or transformers 4.57's fast tokenizer) uses the saved one: with plain byte-level
     splitting the two disagree on digits (' 45' vs ' ', '4', '5'), so a model trained through one and
@@ -69,14 +67,11 @@ def build_tokenizer(out_dir: str | Path, vocab: int = 600, pretokenizer: str = "
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    if pretokenizer == "qwen2":
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
-    else:
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -85,7 +80,7 @@ def build_tokenizer(out_dir: str | Path, vocab: int = 600, pretokenizer: str = "
     tok.train([str(CORPUS)], trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token=EOT, pad_token="<|endoftext|>", bos_token=None, unk_token=None,
-        model_max_length=4096,
+        model_max_length=4096, model_input_names=["input_ids", "attention_mask"],
     )
     fast.chat_template = CHATML_TEMPLATE
     out = Path(out_dir)
@@ -95,8 +90,7 @@ def build_tokenizer(out_dir: str | Path, vocab: int = 600, pretokenizer: str = "
     cfg_path = out / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["chat_template"] = CHATML_TEMPLATE
-    if pretokenizer == "qwen2":
-        cfg["tokenizer_class"] = "Qwen2Tokenizer"
+    cfg["tokenizer_class"] = "Qwen2Tokenizer"
     cfg_path.write_text(json.dumps(cfg, indent=2))
     return fast
 
@@ -108,7 +102,7 @@ def build_model(out_dir: str | Path, size: str = "test", seed: int = 0) -> Path:
 
     spec = dict(SIZES[size])
     out = Path(out_dir)
-    tok = build_tokenizer(out, spec.pop("vocab"), spec.pop("pretokenizer", "bytelevel"))
+    tok = build_tokenizer(out, spec.pop("vocab"))
     eot, pad = tok.convert_tokens_to_ids(EOT), tok.convert_tokens_to_ids("<|endoftext|>")
     config = Qwen2Config(
         vocab_size=len(tok), tie_word_embeddings=True, eos_token_id=eot, pad_token_id=pad, bos_token_id=None,
