@@ -207,10 +207,11 @@ class State:
     def _ensure_repo(self) -> None:
         git_dir = self.root / ".git"
         if git_dir.is_dir():
-            # We hold the state lock, so no live writer owns a git lock file (index, HEAD, a branch ref):
-            # any that exists was left by a writer killed mid-commit and would block every later commit.
-            for stale in [git_dir / "index.lock", git_dir / "HEAD.lock", git_dir / "packed-refs.lock",
-                          *(git_dir / "refs").rglob("*.lock")]:
+            # We hold the state lock, so no live writer owns a git lock file (index, HEAD, a ref or its
+            # reflog): any that exists was left by a writer killed mid-commit and would block every
+            # later commit. (objects/ is skipped: git writes objects through temporary files, not locks.)
+            for stale in [*git_dir.glob("*.lock"), *(git_dir / "refs").rglob("*.lock"),
+                          *(git_dir / "logs").rglob("*.lock")]:
                 stale.unlink(missing_ok=True)
             return
         import git

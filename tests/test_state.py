@@ -115,7 +115,8 @@ def test_stale_git_locks_from_a_killed_commit_are_cleared(tmp_path):
         pass
     git_dir = s.root / ".git"
     branch = next(p for p in (git_dir / "refs" / "heads").iterdir())
-    for lock in (git_dir / "index.lock", git_dir / "HEAD.lock", branch.with_name(branch.name + ".lock")):
+    reflog = git_dir / "logs" / "refs" / "heads" / f"{branch.name}.lock"
+    for lock in (git_dir / "index.lock", git_dir / "HEAD.lock", branch.with_name(branch.name + ".lock"), reflog):
         lock.write_text("left by a killed writer")
     with State(s.root).event("note", "second"):
         pass
