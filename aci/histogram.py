@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aci import hermes
 from aci.errors import ACIError, where
 
 KIND = "aci-histogram"
@@ -62,7 +63,6 @@ WRITE_VERBS = frozenset({"create", "update", "delete", "cancel", "modify", "exch
 LENGTH_EDGES = {"chars": (10, 30, 100, 300, 1000, 3000, 10000), "tokens": (3, 10, 30, 100, 300, 1000, 3000)}
 CAPS = {"turns": 5, "tool_calls": 6, "distinct_tools": 5, "writes": 4}
 
-_HERMES = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
 _ANSWER_LINE = re.compile(r"(?im)^\s*\**answer\**\s*:")
 _LETTER = re.compile(r"\(?[A-Ja-j]\)?[.)]?")
 _NUMBER = re.compile(r"[-+]?[$€£]?\d[\d,]*(\.\d+)?%?")
@@ -165,12 +165,9 @@ def record_parts(rec: dict) -> tuple[list[dict], str, list[str], bool]:
         names += [n for n in map(_call_name, m.get("tool_calls") or ()) if n]
         text = _content(m)
         if "<tool_call>" in text:
-            for blob in _HERMES.findall(text):
-                try:
-                    n = _call_name(json.loads(blob))
-                except json.JSONDecodeError:
-                    n = None
-                names.append(n or "<unparsed>")
+            for b in hermes.blocks(text):
+                if b.closed and b.body.startswith("{") and b.body.endswith("}"):  # counted only when complete
+                    names.append((None if b.error else _call_name(b.value)) or "<unparsed>")
     return msgs[:last], answer, names, False
 
 

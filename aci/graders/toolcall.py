@@ -9,32 +9,24 @@ Arguments compare as JSON values with `1 == 1.0` but `true != 1`.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from aci import hermes
 from aci.errors import ACIError
 from aci.graders.base import Grader, Response, Score, gold, short, wrong_number
 from aci.tasks import plain_tool_calls
-
-_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 
 
 def parse_hermes(text: str) -> list[dict]:
     """Tool calls written as hermes `<tool_call>` JSON blocks; raises ValueError on a broken block."""
     calls = []
-    for n, body in enumerate(_HERMES.findall(text), 1):
-        try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"tool call {n} is not valid JSON ({e.msg}): {short(body, 80)}") from None
-        if not isinstance(obj, dict):
+    for n, block in enumerate(hermes.blocks(text), 1):
+        if block.error:
+            raise ValueError(f"tool call {n} is not valid JSON ({block.error.msg}): {short(block.body, 80)}")
+        if not isinstance(block.value, dict):
             raise ValueError(f"tool call {n} is not a JSON object")
-        calls.append(obj)
+        calls.append(block.value)
     return calls
-
-
-def render_hermes(calls: list[dict]) -> str:
-    return "\n".join(f"<tool_call>\n{json.dumps(c, ensure_ascii=False)}\n</tool_call>" for c in calls)
 
 
 def openai_calls(calls: list[dict]) -> list[dict]:
@@ -115,7 +107,7 @@ class ToolCall(Grader):
 
     def gold(self, task) -> Response:
         calls = self._gold(task)
-        return render_hermes(calls), openai_calls(calls)
+        return hermes.render(calls), openai_calls(calls)
 
     def corrupt(self, task) -> Response:
         calls = [dict(c) for c in self._gold(task)]
@@ -125,4 +117,4 @@ class ToolCall(Grader):
             first["arguments"] = {**first["arguments"], key: broken_value(first["arguments"][key])}
         else:
             first["name"] = first["name"] + "_x"
-        return render_hermes(calls), openai_calls(calls)
+        return hermes.render(calls), openai_calls(calls)

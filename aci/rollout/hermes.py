@@ -8,12 +8,8 @@ malformed rather than dropped silently, so the trace shows it.
 
 from __future__ import annotations
 
-import json
-import re
-
+from aci import hermes
 from aci.rollout.policy import Call, parse_arguments
-
-_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 
 
 def parse(text: str, id_prefix: str = "call") -> tuple[str, list[Call], list[str]]:
@@ -26,22 +22,20 @@ def parse(text: str, id_prefix: str = "call") -> tuple[str, list[Call], list[str
     malformed: list[str] = []
     kept: list[str] = []
     last = 0
-    for m in _BLOCK.finditer(text):
-        body = m.group(1).strip()
-        closed = m.group(0).endswith("</tool_call>")
-        try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as e:
-            why = "not closed by </tool_call>" if not closed else f"not valid JSON ({e.msg} at char {e.pos})"
-            malformed.append(f"<tool_call> block {why}: {body[:200]}")
+    for b in hermes.blocks(text):
+        if b.error:
+            e = b.error
+            why = "not closed by </tool_call>" if not b.closed else f"not valid JSON ({e.msg} at char {e.pos})"
+            malformed.append(f"<tool_call> block {why}: {b.body[:200]}")
             continue
+        obj = b.value
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
-            malformed.append(f"<tool_call> block without a string name: {body[:200]}")
+            malformed.append(f"<tool_call> block without a string name: {b.body[:200]}")
             continue
         raw, args, why = parse_arguments(obj.get("arguments", {}))
         calls.append(Call(id=f"{id_prefix}_{len(calls)}", name=obj["name"], arguments_raw=raw, arguments=args,
                           parse_error=why))
-        kept.append(text[last:m.start()])
-        last = m.end()
+        kept.append(text[last:b.start])
+        last = b.end
     kept.append(text[last:])
     return "".join(kept).strip(), calls, malformed
