@@ -18,13 +18,13 @@ import html
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import click
 
 from aci import records
-from aci.state import State
+from aci.state import State, iso, parse_ts
 
 PAGE = "report.html"
 KIND_COLORS = {"plan": "#6b7280", "benchmark-card": "#0ea5e9", "eval": "#8b5cf6", "data": "#f59e0b",
@@ -48,12 +48,7 @@ class Run:
     losses: dict[str, list[tuple[int, float]]]
     data: list[dict]
     workdir: Path
-    generated: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-
-
-def _ts(value: str) -> datetime:
-    t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    generated: str = field(default_factory=iso)
 
 
 def collect(state_dir: Path) -> Run:
@@ -348,8 +343,8 @@ def _minutes(a: datetime, b: datetime) -> float:
 def section_overview(run: Run) -> str:
     c, best, fin = run.card, run.best, run.finalize
     base = next((e for e in reversed(latest_evaluations(run)) if e["checkpoint"] == "base"), None)
-    start = _ts(c["started_at"])
-    last = _ts(run.journal[-1]["ts"]) if run.journal else start
+    start = parse_ts(c["started_at"])
+    last = parse_ts(run.journal[-1]["ts"]) if run.journal else start
     cards = [
         ("base model", esc(Path(c["base_model"]).name), esc(c.get("profile", "default")) + " rules"),
         ("base score", f"{base['score']:.3f}" if base else "&ndash;", fmt_range(base) if base else "no baseline"),
@@ -405,8 +400,8 @@ def timeline_svg(run: Run) -> str:
     """Phase bands and one tick per journal event, on one time axis (inline SVG, no script)."""
     if not run.journal:
         return ""
-    start = _ts(run.card["started_at"])
-    end = max(_ts(e["ts"]) for e in run.journal)
+    start = parse_ts(run.card["started_at"])
+    end = max(parse_ts(e["ts"]) for e in run.journal)
     span = max(_minutes(start, end), 0.5)
     width, left, right, top = 1040, 10, 10, 22
     x = lambda minutes: left + (width - left - right) * max(0.0, minutes) / span  # noqa: E731
@@ -424,7 +419,7 @@ def timeline_svg(run: Run) -> str:
             parts.append(f'<text x="{x0 + 4:.1f}" y="{top - 6}" font-size="11" fill="#475569">{esc(p["name"])}</text>')
         t += p["spent_min"]
     for e in run.journal:
-        xe = x(_minutes(start, _ts(e["ts"])))
+        xe = x(_minutes(start, parse_ts(e["ts"])))
         color = KIND_COLORS.get(e["kind"], "#9ca3af")
         parts.append(f'<line x1="{xe:.1f}" x2="{xe:.1f}" y1="{top + 4}" y2="{top + 36}" stroke="{color}" '
                      f'stroke-width="2"><title>{esc(e["ts"])} {esc(e["kind"])}: {esc(e["message"])}</title></line>')
@@ -438,12 +433,12 @@ def timeline_svg(run: Run) -> str:
 
 
 def section_timeline(run: Run) -> str:
-    start = _ts(run.card["started_at"])
+    start = parse_ts(run.card["started_at"])
     kinds = sorted({e["kind"] for e in run.journal})
     legend = " ".join(f'<span class="muted"><span class="kind" style="background:{KIND_COLORS.get(k, "#9ca3af")}">'
                       f'</span>{esc(k)}</span>' for k in kinds)
     rows = "".join(
-        f'<tr><td class="num">{_minutes(start, _ts(e["ts"])):.1f}</td><td><span class="kind" '
+        f'<tr><td class="num">{_minutes(start, parse_ts(e["ts"])):.1f}</td><td><span class="kind" '
         f'style="background:{KIND_COLORS.get(e["kind"], "#9ca3af")}"></span>{esc(e["kind"])}</td>'
         f'<td>{esc(e.get("tool") or "")}</td><td>{esc(e["message"])}</td></tr>' for e in run.journal)
     return (f'<section id="timeline"><h2>Timeline</h2>{timeline_svg(run)}<p>{legend}</p>'
