@@ -94,6 +94,10 @@ def tool(
         if not (issubclass(inp, ToolInput) and issubclass(out, ToolOutput)):
             raise TypeError(f"tool {name}: input must subclass ToolInput and output ToolOutput")
         action = "action" if "action" in inp.model_fields else None
+        known = _REGISTRY.get(name)
+        if known and (known.fn.__module__, known.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ACIError(f"tool {name!r} is already registered by {known.fn.__module__}.{known.fn.__qualname__}; "
+                           f"{fn.__module__}.{fn.__qualname__} needs another name")
         _REGISTRY[name] = Tool(
             name=name,
             title=title,
