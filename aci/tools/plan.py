@@ -24,7 +24,8 @@ class PlanInput(ToolInput):
     base_model: str | None = Field(None, description="path or hub id of the base model (init)")
     benchmark: str | None = Field(None, description="benchmark name, e.g. gsm8k (init)")
     eval_command: str | None = Field(
-        None, description="evaluation command with {model_path}, {limit}, {output} placeholders"
+        None, description="evaluation command as typed (e.g. python evaluate.py --model-path final_model --limit -1; "
+                          "init says how it turned it into {model_path}, {limit}, {output} placeholders) or with them"
     )
     metric_key: str | None = Field(None, description="key of the score in the eval command's JSON output")
     template: str | None = Field(None, description="chat template .jinja the evaluation renders (default: templates/<family>.jinja)")
