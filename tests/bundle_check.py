@@ -18,7 +18,10 @@ full confidence, so these are checked like code:
 * `workflows/posttrain.md` names the phases and gates of every rules profile, in order, with the time
   shares the profile sets; minimum-sample and final-reserve figures match the profiles;
 * every default of `aci train` a text states (a figure marked [D]: LoRA r, alpha, dropout, learning
-  rates, generations, `--option ... default N`) is the default of the live tool's request model.
+  rates, generations, `--option ... default N`) is the default of the live tool's request model;
+* figures copied from `rules.yaml` (final reserve, tolerated contaminated rows, minimum samples) match
+  the profiles, the rendered table in `rules/integrity.md` is current, and every dataset id a recipe
+  names is in the allowed table or banned (`tests/bundle_facts.py`).
 
 A development module, not part of the runtime package: `python -m tests.bundle_check [ROOT]` (from the
 repository root) prints one `file:line: problem` per finding and exits 1 on any.
@@ -507,18 +510,6 @@ def check_phases(root: Path, docs: list[Doc]) -> list[Problem]:
                 got = cells[col] if col < len(cells) else ""
                 problems.append(Problem(rel, n, f"phase {ph.name}, profile {pname}: table says {got!r}, "
                                                 f"rules.yaml gives {expect!r}"))
-    reserves = {_fmt(p.reserve_min()) for p in data.profiles.values()}
-    mins = {(m.min_eval_samples.absolute, _fmt(m.min_eval_samples.fraction * 100)) for m in data.profiles.values()}
-    for doc in docs:
-        for n, line in enumerate(doc.lines, 1):
-            for m in re.finditer(r"final reserve[^.\n]{0,30}?\b(\d+(?:\.\d+)?) ?min", line, re.I):
-                if m.group(1) not in reserves:
-                    problems.append(Problem(doc.rel, n, f"final reserve of {m.group(1)} min is in no profile "
-                                                        f"({', '.join(sorted(reserves))} min)"))
-            for m in re.finditer(r"max\((\d+), ?(\d+(?:\.\d+)?) ?%", line):
-                if (int(m.group(1)), m.group(2)) not in mins:
-                    problems.append(Problem(doc.rel, n, f"minimum samples max({m.group(1)}, {m.group(2)} %) "
-                                                        "differs from rules.yaml min_eval_samples"))
     return problems
 
 
@@ -576,7 +567,7 @@ def default_claims(doc: Doc) -> list[Claim]:
                     out.append(Claim(n, _option(name), float(m.group(2)), float(fields[name].default)))
             method = "grpo" if "grpo" in claim else "sft"
             for m in re.finditer(r"\blr (\S+?)(?: full / (\S+?) LoRA)?(?=[\s,;)]|$)", claim):
-                pairs = [(False, m.group(1)), (True, m.group(2))] if m.group(2) else [("--lora" in claim, m.group(1))]
+                pairs = [(False, m.group(1)), (True, m.group(2))] if m.group(2) else [(bool(re.search(r"--lora|\bLoRA\b", claim)), m.group(1))]
                 out += [Claim(n, f"learning rate ({method}{', LoRA' if lora else ''})", float(v),
                               LEARNING_RATES[method, lora]) for lora, v in pairs]
             for m in re.finditer(r"\b(\d+)x the full fine-tuning rate", claim):
@@ -605,9 +596,11 @@ def check(root: Path | None = None) -> list[Problem]:
     """Every disagreement between the Markdown at `root` (default: the bundle) and the tools and rules."""
     root = Path(root or bundle.root())
     docs = documents(root)
+    from tests import bundle_facts  # figures and dataset ids (it imports this module)
+
     return (check_skill_files(root, docs) + check_links(root, docs) + check_references(root, docs)
             + check_commands(docs) + check_rules(root) + check_guidance(root) + check_phases(root, docs)
-            + check_defaults(docs))
+            + check_defaults(docs) + bundle_facts.check(root, docs))
 
 
 def main(argv: list[str] | None = None) -> int:

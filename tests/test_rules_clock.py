@@ -26,11 +26,11 @@ def test_committed_schemas_match_the_models(tmp_path):
         assert json.loads(p.read_text()) == json.loads((ROOT / "state" / "schemas" / p.name).read_text()), p.name
 
 
-def test_profiles_load_and_phase_shares_sum_to_one():
+def test_profiles_load_and_the_phase_plan_fills_the_budget():
     for name in rules.PROFILES:
-        r = rules.load(name)
-        prof = r.profile
-        assert abs(sum(p.share or 0 for p in prof.phases) + prof.reserve_min() / (prof.budget_hours * 60) - 1) < 1e-9
+        prof = rules.load(name).profile
+        for budget in (600, 90):
+            assert abs(sum(m for _, m in prof.allocation(budget)) - budget) < 1e-9
     assert rules.load("posttrainbench").strict and not rules.load("default").strict
     strict = rules.load("posttrainbench")
     assert strict.min_samples(1319) == 66 and strict.min_samples(30) == 30 and strict.min_samples(None) == 32
@@ -50,7 +50,7 @@ def test_profiles_load_and_phase_shares_sum_to_one():
     (lambda d: d["profiles"]["posttrainbench"].pop("final_reserve_min"), "profiles.posttrainbench"),
     (lambda d: d["profiles"]["default"].__setitem__("final_reserve_min", "soon"), "profiles.default.final_reserve_min"),
     (lambda d: d["rules"][0].__setitem__("id", "Bad Id"), "rules.0.id"),
-    (lambda d: d["profiles"]["default"]["phases"][0].__setitem__("share", 0.5), "profiles.default.phases"),
+    (lambda d: d["profiles"]["default"]["phases"][0].__setitem__("share", 0), "profiles.default.phases.0.share"),
     (lambda d: d["profiles"]["default"]["phases"][4].__setitem__("share", 0.05), "profiles.default.phases"),
     (lambda d: d["profiles"]["default"]["phases"][0].__setitem__("name", "scouting"), "profiles.default.phases"),
     (lambda d: d["profiles"]["default"].pop("strict"), "profiles.default"),

@@ -10,6 +10,7 @@ from aci import manifest, records
 from aci.clock import read_timer
 from aci.context import Context
 from aci.errors import ACIError
+from aci.evaluation.command import translate
 from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
 from aci.state import iso, now, parse_ts
@@ -22,7 +23,8 @@ class PlanInput(ToolInput):
     base_model: str | None = Field(None, description="path or hub id of the base model (init)")
     benchmark: str | None = Field(None, description="benchmark name, e.g. gsm8k (init)")
     eval_command: str | None = Field(
-        None, description="evaluation command with {model_path}, {limit}, {output} placeholders"
+        None, description="evaluation command as typed (e.g. python evaluate.py --model-path final_model --limit -1; "
+                          "init says how it turned it into {model_path}, {limit}, {output} placeholders) or with them"
     )
     metric_key: str | None = Field(None, description="key of the score in the eval command's JSON output")
     template: str | None = Field(None, description="chat template .jinja the evaluation renders (default: templates/<family>.jinja)")
@@ -42,6 +44,7 @@ class PlanOutput(ToolOutput):
     gates: list[Gate] = Field(default_factory=list)
     next_actions: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    translation: list[str] = Field(default_factory=list, description="what was changed in the eval command as typed")
 
     def summary(self) -> str:
         lines = []
@@ -53,6 +56,7 @@ class PlanOutput(ToolOutput):
         for p in self.phases:
             mark = {"done": "x", "current": ">", "pending": " "}[p.status]
             lines.append(f" [{mark}] {p.name:<12} {p.spent_min:7.1f} / {p.allocated_min:6.1f} min   gate {p.gate}")
+        lines += [f"eval command as typed, changed: {t}" for t in self.translation]
         lines += [f"next: {a}" for a in self.next_actions]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
@@ -99,6 +103,21 @@ def _check_fields(ctx: Context, card: dict) -> list[str]:
     return warnings
 
 
+def _onto_existing_card(card: dict, fields: dict) -> tuple[dict, list[str]]:
+    """`init` on a card that exists: the fields to apply as an update, and notes saying so. The profile
+    and the base model stay as the card has them (they decide the rules and what may be trained)."""
+    notes = []
+    for key in ("profile", "base_model"):
+        given = fields.pop(key, None)
+        if given is not None and given != card.get(key):
+            notes.append(f"kept the card's {key} {card.get(key)!r} (you gave {given!r}); if that is wrong, "
+                         f"`aci plan init --force` with every field replaces the card")
+    changed = {k: v for k, v in fields.items() if card.get(k) != v}
+    notes.insert(0, f"a run card already existed (started {card.get('started_at')}): init applied "
+                    f"{', '.join(sorted(changed)) or 'nothing new'} to it as an update")
+    return changed, notes
+
+
 @tool("plan", title="Run card and phase plan", idempotent=False)
 def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
     """Create (init), read (show) or change (update) the run card: base model, benchmark, eval command,
@@ -106,9 +125,17 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
     allocated and spent, the gates passed, and the next actions."""
     fields = inp.model_dump(exclude={"action", "force"}, exclude_none=True)
     warnings: list[str] = []
-    if inp.action == "init":
-        if ctx.card and not inp.force:
-            raise ACIError(f"a run card already exists in {ctx.state.root}; use action=update, or force=true to replace it")
+    typed = {}
+    if inp.eval_command:
+        t = translate(inp.eval_command)
+        fields["eval_command"] = t.command
+        typed = {"eval_command_typed": inp.eval_command, "translation": t.changes} if t.changes else {}
+    action = inp.action
+    if action == "init" and ctx.card and not inp.force:  # e.g. PostTrainBench's solve.sh made it already
+        fields, notes = _onto_existing_card(ctx.card, fields)
+        warnings += notes
+        action = "update" if fields else "show"
+    if action == "init":
         missing = [f for f in ("base_model", "benchmark") if f not in fields]
         if missing:
             raise ACIError(f"plan init needs {', '.join('--' + m.replace('_', '-') for m in missing)}")
@@ -130,9 +157,9 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
         card["protected"] = _protected_digests(ctx, rules.protected())
         warnings += _check_fields(ctx, card)
         model = records.RunCard.model_validate(card)
-        with ctx.state.event("plan", f"run card: {card['base_model']} on {card['benchmark']}", tool="plan") as w:
+        with ctx.state.event("plan", f"run card: {card['base_model']} on {card['benchmark']}", tool="plan", data=typed) as w:
             w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
-    elif inp.action == "update":
+    elif action == "update":
         card = dict(ctx.require_card())
         if not fields:
             raise ACIError("plan update needs at least one field to change")
@@ -141,7 +168,7 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
         card.update({k: (v if k != "targets" else [t for t in v]) for k, v in fields.items()})
         warnings += _check_fields(ctx, card)
         model = records.RunCard.model_validate(card)
-        with ctx.state.event("plan", f"run card updated: {', '.join(sorted(fields))}", tool="plan") as w:
+        with ctx.state.event("plan", f"run card updated: {', '.join(sorted(fields))}", tool="plan", data=typed) as w:
             w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
     ctx.forget()
     if not ctx.card:
@@ -150,5 +177,5 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
     phase_list = phases(ctx, gate_map)
     return PlanOutput(
         card=ctx.card, deadline_source=ctx.clock.source, phases=phase_list, gates=list(gate_map.values()),
-        next_actions=next_actions(ctx, phase_list), warnings=warnings,
+        next_actions=next_actions(ctx, phase_list), warnings=warnings, translation=typed.get("translation", []),
     )
