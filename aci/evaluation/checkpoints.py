@@ -35,11 +35,9 @@ class Checkpoint:
         return p if p.is_dir() else None
 
     def registration(self) -> dict:
-        ts = iso()
-        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=ts, path=self.path,
+        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=iso(), path=self.path,
                                         parent=self.parent, adapter=self.adapter)
-        # `ts` as state writes it everywhere (pydantic would write "Z", which Python 3.10 cannot parse back)
-        return entry.model_dump(mode="json", include={"type", "checkpoint", "path", "parent", "adapter"}) | {"ts": ts}
+        return entry.model_dump(mode="json", include={"type", "checkpoint", "ts", "path", "parent", "adapter"})
 
 
 def registered(ctx: Context) -> dict[str, dict]:
@@ -49,8 +47,8 @@ def registered(ctx: Context) -> dict[str, dict]:
 
 def base(ctx: Context) -> Checkpoint:
     card = ctx.require_card()
-    local = folder.local_dir(card["base_model"], ctx.workdir)
-    return Checkpoint(BASE, str(local) if local else card["base_model"], None, False)
+    local = folder.local_dir(card.base_model, ctx.workdir)
+    return Checkpoint(BASE, str(local) if local else card.base_model, None, False)
 
 
 def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
@@ -74,7 +72,7 @@ def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
                        f"(a folder with config.json or adapter_config.json)")
     if parent is None and folder.is_adapter(path):
         declared = (folder.read_json(path / "adapter_config.json") or {}).get("base_model_name_or_path")
-        card_base = ctx.require_card()["base_model"]
+        card_base = ctx.require_card().base_model
         if declared and (declared == card_base or folder.local_dir(declared, ctx.workdir) == base(ctx).local):
             parent = BASE
     if parent is not None and parent != BASE and parent not in known:
@@ -143,4 +141,4 @@ def comparable_pair(ctx: Context, a: str, b: str, prefer: dict | None = None) ->
 
 def min_samples(ctx: Context) -> int:
     """The rules' minimum sample count for a comparison (rule min-eval-samples)."""
-    return ctx.rules.min_samples((ctx.card or {}).get("benchmark_size"))
+    return ctx.rules.min_samples(ctx.card.benchmark_size if ctx.card else None)

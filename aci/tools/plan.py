@@ -1,4 +1,4 @@
-"""`plan`: the run card (what, against what, until when) and the phase plan derived from state."""
+"""`plan`: the run card (what, against what, until when; `aci.runcard`) and the phase plan derived from state."""
 
 from __future__ import annotations
 
@@ -6,16 +6,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from aci import manifest, records
-from aci.clock import read_timer
+from aci import records, runcard
 from aci.context import Context
-from aci.errors import ACIError
 from aci.evaluation.command import translate
 from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.state import iso, now, parse_ts
-
-_FAMILIES = ("qwen", "llama", "gemma", "smollm", "mistral", "phi")
 
 
 class PlanInput(ToolInput):
@@ -62,62 +57,6 @@ class PlanOutput(ToolOutput):
         return "\n".join(lines)
 
 
-def _guess_template(ctx: Context, base_model: str) -> str | None:
-    folder = ctx.workdir / "templates"
-    if not folder.is_dir():
-        return None
-    found = sorted(folder.glob("*.jinja"))
-    low = base_model.lower()
-    for fam in _FAMILIES:
-        if fam in low:
-            match = [p for p in found if fam in p.stem.lower() and "tool" not in p.stem.lower()]
-            if match:
-                return str(match[0].relative_to(ctx.workdir))
-    return str(found[0].relative_to(ctx.workdir)) if len(found) == 1 else None
-
-
-def _protected_digests(ctx: Context, protected: list[str]) -> dict[str, str]:
-    out = {}
-    for name in protected:
-        p = ctx.workdir / name
-        files = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else []
-        for f in files[:500]:
-            out[str(f.relative_to(ctx.workdir))] = manifest.file_hash(f)
-    return out
-
-
-def _check_fields(ctx: Context, card: dict) -> list[str]:
-    warnings = []
-    cmd = card.get("eval_command")
-    if cmd and "{model_path}" not in cmd:
-        raise ACIError("eval_command must contain the {model_path} placeholder (and ideally {limit} and {output})")
-    if cmd and "{output}" not in cmd and not card.get("metric_key"):
-        warnings.append("eval_command has no {output} placeholder: its metrics JSON cannot be read")
-    if card.get("template"):
-        ctx.path(card["template"], must_exist=True, what="template")
-    if card.get("deadline"):
-        try:
-            card["deadline"] = parse_ts(card["deadline"]).isoformat()
-        except ValueError:
-            raise ACIError(f"deadline {card['deadline']!r} is not an ISO date-time") from None
-    return warnings
-
-
-def _onto_existing_card(card: dict, fields: dict) -> tuple[dict, list[str]]:
-    """`init` on a card that exists: the fields to apply as an update, and notes saying so. The profile
-    and the base model stay as the card has them (they decide the rules and what may be trained)."""
-    notes = []
-    for key in ("profile", "base_model"):
-        given = fields.pop(key, None)
-        if given is not None and given != card.get(key):
-            notes.append(f"kept the card's {key} {card.get(key)!r} (you gave {given!r}); if that is wrong, "
-                         f"`aci plan init --force` with every field replaces the card")
-    changed = {k: v for k, v in fields.items() if card.get(k) != v}
-    notes.insert(0, f"a run card already existed (started {card.get('started_at')}): init applied "
-                    f"{', '.join(sorted(changed)) or 'nothing new'} to it as an update")
-    return changed, notes
-
-
 @tool("plan", title="Run card and phase plan", idempotent=False)
 def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
     """Create (init), read (show) or change (update) the run card: base model, benchmark, eval command,
@@ -132,50 +71,19 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
         typed = {"eval_command_typed": inp.eval_command, "translation": t.changes} if t.changes else {}
     action = inp.action
     if action == "init" and ctx.card and not inp.force:  # e.g. PostTrainBench's solve.sh made it already
-        fields, notes = _onto_existing_card(ctx.card, fields)
+        fields, notes = runcard.onto_existing(ctx.card, fields)
         warnings += notes
         action = "update" if fields else "show"
     if action == "init":
-        missing = [f for f in ("base_model", "benchmark") if f not in fields]
-        if missing:
-            raise ACIError(f"plan init needs {', '.join('--' + m.replace('_', '-') for m in missing)}")
-        from aci import rules as rules_mod
-
-        profile = fields.get("profile", "default")
-        rules = rules_mod.load(profile)
-        prof = rules.profile
-        card = {"profile": profile, "budget_hours": prof.budget_hours, "started_at": iso(), "workdir": str(ctx.workdir), **fields}
-        if "template" not in card:
-            guess = _guess_template(ctx, card["base_model"])
-            if guess:
-                card["template"] = guess
-        remaining = read_timer(ctx.workdir)
-        if remaining is not None:
-            card["deadline"] = (now() + remaining).isoformat(timespec="seconds")
-            if not inp.budget_hours:
-                card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
-        card["protected"] = _protected_digests(ctx, rules.protected())
-        warnings += _check_fields(ctx, card)
-        model = records.RunCard.model_validate(card)
-        with ctx.state.event("plan", f"run card: {card['base_model']} on {card['benchmark']}", tool="plan", data=typed) as w:
-            w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
+        warnings += runcard.init(ctx, fields, typed)
     elif action == "update":
-        card = dict(ctx.require_card())
-        if not fields:
-            raise ACIError("plan update needs at least one field to change")
-        if "profile" in fields and fields["profile"] != card.get("profile"):
-            raise ACIError("the rules profile is fixed at init; re-init with force=true to change it")
-        card.update({k: (v if k != "targets" else [t for t in v]) for k, v in fields.items()})
-        warnings += _check_fields(ctx, card)
-        model = records.RunCard.model_validate(card)
-        with ctx.state.event("plan", f"run card updated: {', '.join(sorted(fields))}", tool="plan", data=typed) as w:
-            w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
+        warnings += runcard.update(ctx, fields, typed)
     ctx.forget()
     if not ctx.card:
         return PlanOutput(deadline_source=ctx.clock.source, next_actions=next_actions(ctx))
     gate_map = gates(ctx)
     phase_list = phases(ctx, gate_map)
     return PlanOutput(
-        card=ctx.card, deadline_source=ctx.clock.source, phases=phase_list, gates=list(gate_map.values()),
-        next_actions=next_actions(ctx, phase_list), warnings=warnings, translation=typed.get("translation", []),
+        card=ctx.card.model_dump(mode="json", exclude_none=True), deadline_source=ctx.clock.source,
+        phases=phase_list, gates=list(gate_map.values()), next_actions=next_actions(ctx, phase_list), warnings=warnings, translation=typed.get("translation", []),
     )

@@ -36,8 +36,7 @@ class Source:
 
 def resolve_model(ctx: Context, model: str) -> Source:
     """`base`, a registered checkpoint id, or a path to either; anything else is refused."""
-    card = ctx.require_card()
-    base = card["base_model"]
+    base = ctx.require_card().base_model
     base_path = ctx.workdir / base
     base_ref = str(base_path.resolve()) if base_path.exists() else base
     registered = {e["checkpoint"]: e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "registered"}
@@ -95,7 +94,7 @@ def check_data(ctx: Context, path: Path, source: str | None) -> None:
 
 def resolve_template(ctx: Context, given: str | None) -> Path | None:
     """The template to render with: the run card's unless told otherwise (refused under a strict profile)."""
-    card_template = (ctx.card or {}).get("template")
+    card_template = ctx.card.template if ctx.card else None
     card_path = ctx.path(card_template, what="template") if card_template else None
     if given:
         p = ctx.path(given, what="template")
