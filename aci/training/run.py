@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from aci import jobs, templates
+from aci.errors import ACIError
 from aci.training import config as config_mod
 from aci.training import data
 from aci.training.config import TrainConfig
@@ -85,7 +86,7 @@ def lora_config(cfg: TrainConfig):
                       target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
 
 
-def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
+def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, content: bytes):
     model = load_model(cfg, cuda)
     if "token_type_ids" not in inspect.signature(model.forward).parameters:  # e.g. a generic fast tokenizer
         tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
@@ -94,7 +95,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
         from trl import SFTConfig, SFTTrainer
 
         encoded, stats = data.encode_samples(data_path, tokenizer, template, max_length=cfg.max_length,
-                                             kwargs=cfg.template_kwargs)
+                                             kwargs=cfg.template_kwargs, content=content)
         dataset = data.sft_dataset(encoded)
         print(f"[aci] data: {stats.report()}", flush=True)
         args = make_args(SFTConfig, **common_args(cfg, cuda), max_length=cfg.max_length, packing=cfg.packing)
@@ -106,7 +107,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
     from aci.training.rewards import grader_reward
 
     g = cfg.grpo
-    rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs)
+    rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs, content=content)
     print(f"[aci] prompts: {stats.report()}", flush=True)
     args = make_args(
         GRPOConfig, **common_args(cfg, cuda), num_generations=g.num_generations,
@@ -122,6 +123,11 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
 def main(argv: list[str]) -> int:
     cfg = config_mod.load(argv[0])
     jobs.write_progress({"phase": "loading", "step": 0, "job": cfg.job})
+    try:
+        content = data.pinned_content(Path(cfg.data), cfg.data_sha256, cfg.profile)
+    except ACIError as e:
+        print(f"[aci] refused: {e}", flush=True)
+        return 2
     import datasets
     import torch
     import transformers
@@ -142,7 +148,7 @@ def main(argv: list[str]) -> int:
     eot = templates.end_of_turn(tokenizer, template, cfg.template_kwargs)
     if eot and cfg.method == "grpo":  # completions end at the end-of-turn token, as at evaluation
         tokenizer.eos_token = eot
-    trainer = build_trainer(cfg, tokenizer, template, callback, cuda)
+    trainer = build_trainer(cfg, tokenizer, template, callback, cuda, content)
     set_end_of_turn(trainer.model, tokenizer, eot)
     trainer.train()
     return 0
