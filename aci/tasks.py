@@ -444,6 +444,8 @@ def row_shape(row: dict, loc: str) -> str:
     if "gold" in row:
         return "task"
     if "messages" in row:
+        if not isinstance(row["messages"], list):
+            raise ACIError(f"{loc}: field messages: expected an array of turns, got {_kind(row['messages'])}")
         return "messages"
     if "prompt" in row and "completion" in row:
         return "prompt-completion"
@@ -486,9 +488,7 @@ def row_texts(row: dict, loc: str) -> list[str]:
     if shape == "text":
         return [row["text"]]
     if shape in ("messages", "task"):
-        if not isinstance(row.get("messages"), list):
-            raise ACIError(f"{loc}: field messages: expected an array of turns, got {_kind(row.get('messages'))}")
-        out = _turn_texts(row["messages"])
+        out = _turn_texts(row.get("messages"))
     elif shape == "prompt-completion":
         out = []
         for key in ("prompt", "completion"):

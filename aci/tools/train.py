@@ -212,7 +212,7 @@ def _prepare(inp: TrainInput, ctx: Context, job_id: str) -> tuple[TrainConfig, d
         raise ACIError(f"{inp.action} needs --data (a JSONL file of {'SFT samples' if inp.method == 'sft' else 'tasks'})")
     data_path = ctx.path(inp.data, must_exist=True, what="data")
     inp = inp.model_copy(update={"data": str(data_path)})
-    gates.check_data(ctx, data_path, inp.source)
+    data_sha256 = gates.check_data(ctx, data_path, inp.source)
     src = gates.resolve_model(ctx, inp.model)
     template_path = gates.resolve_template(ctx, inp.template)
     deepspeed = _deepspeed(inp, ctx)
@@ -228,7 +228,7 @@ def _prepare(inp: TrainInput, ctx: Context, job_id: str) -> tuple[TrainConfig, d
     cfg = TrainConfig(
         method=inp.method, job=job_id, state=str(ctx.state.root), workdir=str(ctx.workdir),
         output_dir=str(ctx.workdir / "checkpoints" / job_id), model_path=src.path, model_adapter=src.adapter,
-        parent=src.checkpoint, data=str(data_path), data_sha256=manifest.file_hash(data_path), data_rows=rows,
+        parent=src.checkpoint, data=str(data_path), data_sha256=data_sha256, data_rows=rows,
         template=str(template_path) if template_path else None,
         template_sha256=manifest.file_hash(template_path) if template_path else None,
         template_kwargs=inp.template_kwargs or {}, profile=ctx.rules.name,
