@@ -344,6 +344,22 @@ def test_front_matter_defects_fail(copy, old, new, expect):
     assert expect in messages(check(copy))
 
 
+def test_train_defaults_the_skill_states_are_read():
+    """Guard against a reader that silently finds nothing: the train skill states these defaults."""
+    doc = next(d for d in bundle_check.documents(ROOT) if d.rel == "skills/train/SKILL.md")
+    seen = {c.what for c in bundle_check.default_claims(doc)}
+    assert {"--lora-r", "--lora-alpha", "--lora-dropout", "--num-generations", "--max-length",
+            "learning rate (sft, LoRA)", "learning rate (sft)", "learning rate (grpo)"} <= seen
+
+
+def test_wrong_default_in_markdown_fails(copy):
+    edit(copy / "skills" / "train" / "SKILL.md", "(r 16, alpha 32", "(r 8, alpha 32")
+    edit(copy / "skills" / "train" / "SKILL.md", "lr 1e-6 full / 1e-5 LoRA [D]", "lr 1e-6 full / 3e-5 LoRA [D]")
+    out = messages(check(copy))
+    assert "skills/train/SKILL.md:25: --lora-r: the text says 8 [D], but aci train's default is 16" in out
+    assert "learning rate (grpo, LoRA): the text says 3e-05 [D], but aci train's default is 1e-05" in out
+
+
 def test_length_limits(copy):
     with open(copy / "SKILL.md", "a") as f:
         f.write("\n" * 120)
@@ -382,6 +398,15 @@ def test_option_renamed_in_registry_fails(monkeypatch):
     _replace_input(monkeypatch, "plan", rename={"eval_command": "eval_cmd"})
     out = messages(check())
     assert "aci plan: unknown option --eval-command" in out
+
+
+def test_default_changed_in_registry_fails(monkeypatch):
+    t = registry.tools()["train"]
+    fields = {name: (f.annotation, Field(8, ge=1, description=f.description) if name == "lora_r" else f)
+              for name, f in t.input.model_fields.items()}
+    model = create_model("ChangedTrainInput", __base__=registry.ToolInput, **fields)
+    monkeypatch.setitem(registry._REGISTRY, "train", dataclasses.replace(t, input=model))
+    assert "skills/train/SKILL.md:25: --lora-r: the text says 16 [D], but aci train's default is 8" in messages(check())
 
 
 def test_action_renamed_in_registry_fails(monkeypatch):
