@@ -246,6 +246,8 @@ def test_rule_missing_from_rules_yaml_fails(copy):
     path = copy / "rules" / "rules.yaml"
     data = yaml.safe_load(path.read_text())
     data["rules"] = [r for r in data["rules"] if r["id"] != "no-hosted-llm"]
+    for phase in data["phases"].values():  # the phases name it too; the file would not load otherwise
+        phase["rules"] = [r for r in phase["rules"] if r != "no-hosted-llm"]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     assert "section '### no-hosted-llm' names no rule in rules.yaml" in messages(check(copy))
 
@@ -254,6 +256,15 @@ def test_rule_section_must_name_its_enforcing_tools(copy):
     edit(copy / "rules" / "integrity.md", "**Tools.** `aci run-trajectory` checks every name",
          "**Tools.** It checks every name")
     assert "rule no-teacher-distillation: section does not say what `aci run-trajectory` does" in messages(check(copy))
+
+
+def test_unknown_command_in_next_actions_fails(copy):
+    edit(copy / "rules" / "rules.yaml", "aci eval-checkpoint evaluate --checkpoint base",
+         "aci eval-checkpoint evaluate --checkpoint-id base")
+    edit(copy / "rules" / "rules.yaml", "(aci train start)", "(aci train begin)")
+    out = messages(check(copy))
+    assert "rules/rules.yaml:" in out and "aci eval-checkpoint: unknown option --checkpoint-id" in out
+    assert "aci train: unknown action 'begin'" in out
 
 
 def test_phase_share_drift_fails(copy):

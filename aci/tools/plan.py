@@ -15,7 +15,6 @@ from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
 from aci.state import iso, now, parse_ts
 
-PROTECTED = ("evaluate.py", "evaluation_code", "templates")
 _FAMILIES = ("qwen", "llama", "gemma", "smollm", "mistral", "phi")
 
 
@@ -77,9 +76,9 @@ def _guess_template(ctx: Context, base_model: str) -> str | None:
     return str(found[0].relative_to(ctx.workdir)) if len(found) == 1 else None
 
 
-def _protected_digests(ctx: Context) -> dict[str, str]:
+def _protected_digests(ctx: Context, protected: list[str]) -> dict[str, str]:
     out = {}
-    for name in PROTECTED:
+    for name in protected:
         p = ctx.workdir / name
         files = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else []
         for f in files[:500]:
@@ -143,7 +142,8 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
         from aci import rules as rules_mod
 
         profile = fields.get("profile", "default")
-        prof = rules_mod.load(profile).profile
+        rules = rules_mod.load(profile)
+        prof = rules.profile
         card = {"profile": profile, "budget_hours": prof.budget_hours, "started_at": iso(), "workdir": str(ctx.workdir), **fields}
         if "template" not in card:
             guess = _guess_template(ctx, card["base_model"])
@@ -154,7 +154,7 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
             card["deadline"] = (now() + remaining).isoformat(timespec="seconds")
             if not inp.budget_hours:
                 card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
-        card["protected"] = _protected_digests(ctx)
+        card["protected"] = _protected_digests(ctx, rules.protected())
         warnings += _check_fields(ctx, card)
         model = records.RunCard.model_validate(card)
         with ctx.state.event("plan", f"run card: {card['base_model']} on {card['benchmark']}", tool="plan", data=typed) as w:
