@@ -174,6 +174,32 @@ def test_stop_guard_releases_in_final_reserve(workdir):
     assert stop_decision(Context(workdir=workdir)) is None
 
 
+# The shape of PostTrainBench's template choice in evaluate.py: BFCL names the tool-calling Gemma template.
+_PICK = """def template_for(kind):
+    if kind == 'qwen':
+        name = 'qwen3.jinja'
+    elif kind == 'gemma':
+        name = '{gemma}'
+    return name
+"""
+
+
+@pytest.mark.parametrize("gemma", ["gemma3.jinja", "gemma3_tool_calling.jinja"])
+def test_plan_takes_the_template_the_evaluation_script_names(workdir, gemma):
+    (workdir / "evaluate.py").write_text(_PICK.format(gemma=gemma))
+    (workdir / "templates").mkdir()
+    for name in ("qwen3.jinja", "gemma3.jinja", "gemma3_tool_calling.jinja"):
+        (workdir / "templates" / name).write_text("{{ messages }}")
+    assert _init(workdir, base_model="google/gemma-3-4b-pt").card["template"] == f"templates/{gemma}"
+
+
+def test_plan_falls_back_to_the_family_template_without_a_script(workdir):
+    (workdir / "templates").mkdir()
+    for name in ("gemma3.jinja", "gemma3_tool_calling.jinja"):
+        (workdir / "templates" / name).write_text("{{ messages }}")
+    assert _init(workdir, base_model="google/gemma-3-4b-pt").card["template"] == "templates/gemma3.jinja"
+
+
 def test_plan_records_eval_file_hashes_and_flags_edits(workdir):
     (workdir / "evaluate.py").write_text("print('eval')\n")
     (workdir / "templates").mkdir()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -62,7 +65,28 @@ class PlanOutput(ToolOutput):
         return "\n".join(lines)
 
 
-def _guess_template(ctx: Context, base_model: str) -> str | None:
+def _eval_script(ctx: Context, eval_command: str | None) -> Path | None:
+    """The Python script the eval command runs (`evaluate.py` in the task folder by default)."""
+    words = shlex.split(eval_command or "", posix=True) if eval_command else []
+    named = [ctx.workdir / w for w in words if w.endswith(".py")]
+    found = [p for p in [*named, ctx.workdir / "evaluate.py"] if p.is_file()]
+    return found[0] if found else None
+
+
+def _template_named_by(script: Path | None, family: str) -> str | None:
+    """The .jinja file the evaluation script picks for `family`: the first file name quoted after the
+    family's name with no other string between, as in PostTrainBench's `elif model_type_str == 'gemma':
+    template = 'gemma3_tool_calling.jinja'` (BFCL; its other benchmarks pick `gemma3.jinja`)."""
+    if script is None:
+        return None
+    text = script.read_text(encoding="utf-8", errors="replace")
+    found = re.search(rf"""['"]{re.escape(family)}['"][^'"]{{0,80}}['"]([\w.-]+\.jinja)['"]""", text)
+    return found.group(1) if found else None
+
+
+def _guess_template(ctx: Context, base_model: str, eval_command: str | None) -> str | None:
+    """The template the evaluation renders for this base model: the one its script names for the model's
+    family, else the family's template in templates/ (not a tool-calling variant), else the only one."""
     folder = ctx.workdir / "templates"
     if not folder.is_dir():
         return None
@@ -70,6 +94,9 @@ def _guess_template(ctx: Context, base_model: str) -> str | None:
     low = base_model.lower()
     for fam in _FAMILIES:
         if fam in low:
+            named = _template_named_by(_eval_script(ctx, eval_command), fam)
+            if named and (folder / named).is_file():
+                return str((folder / named).relative_to(ctx.workdir))
             match = [p for p in found if fam in p.stem.lower() and "tool" not in p.stem.lower()]
             if match:
                 return str(match[0].relative_to(ctx.workdir))
@@ -146,7 +173,7 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
         prof = rules.profile
         card = {"profile": profile, "budget_hours": prof.budget_hours, "started_at": iso(), "workdir": str(ctx.workdir), **fields}
         if "template" not in card:
-            guess = _guess_template(ctx, card["base_model"])
+            guess = _guess_template(ctx, card["base_model"], card.get("eval_command"))
             if guess:
                 card["template"] = guess
         remaining = read_timer(ctx.workdir)
