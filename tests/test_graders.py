@@ -418,6 +418,37 @@ def test_judge_against_a_local_openai_server():
     assert down.score == 0 and "judge request failed" in down.reason
 
 
+def test_judge_ignores_proxy_variables(workdir):
+    """verify-task over MCP with http_proxy set: the loopback judge is asked directly, the proxy never."""
+    import asyncio
+    import socket
+
+    from tests.conftest import mcp_client
+
+    judged = {"id": "j", "type": "qa", "messages": [{"role": "user", "content": "Capital of France?"}],
+              "gold": {"answer": "Paris"}}
+    with socket.socket() as proxy, OpenAIStub(lambda body: '{"score": 1}' if "RESPONSE:\nParis" in
+                                              body["messages"][1]["content"] else '{"score": 0}') as stub:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen()
+        proxy.settimeout(0.2)
+        url = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+        judged["grader"] = {"type": "judge", "endpoint": stub.url, "model": "judge", "timeout": 5}
+        (workdir / "t.jsonl").write_text(json.dumps(judged) + "\n")
+
+        async def go():
+            env = {"http_proxy": url, "HTTP_PROXY": url, "no_proxy": "", "NO_PROXY": ""}
+            async with mcp_client(workdir, env=env) as c:
+                return await c.call_tool("verify-task", {"tasks": "t.jsonl", "method": "B", "workers": 1})
+
+        r = asyncio.run(go())
+        assert not r.is_error, r.content
+        with pytest.raises(TimeoutError):
+            proxy.accept()
+        assert len(stub.requests) == 2  # the gold and its corruption, both judged directly
+    assert r.structured_content["kept"] == 1, r.structured_content
+
+
 def test_judge_host_check_under_posttrainbench_rules():
     strict = rules.load("posttrainbench")
 

@@ -7,11 +7,11 @@ from typing import Literal
 from pydantic import Field
 
 from aci import records
-from aci.clock import read_timer
+from aci.clock import parse_deadline, read_timer
 from aci.context import Context
 from aci.errors import ACIError
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.state import iso, now, parse_ts
+from aci.state import iso, now
 from aci.summary import Gate, PhaseStatus, file_digest, gates, next_actions, phases
 
 PROTECTED = ("evaluate.py", "evaluation_code", "templates")
@@ -93,10 +93,9 @@ def _check_fields(ctx: Context, card: dict) -> list[str]:
     if card.get("template"):
         ctx.path(card["template"], must_exist=True, what="template")
     if card.get("deadline"):
-        try:
-            card["deadline"] = parse_ts(card["deadline"]).isoformat()
-        except ValueError:
-            raise ACIError(f"deadline {card['deadline']!r} is not an ISO date-time") from None
+        deadline, note = parse_deadline(str(card["deadline"]))
+        card["deadline"] = deadline.isoformat()
+        warnings += [note] if note else []
     return warnings
 
 

@@ -271,10 +271,10 @@ def _command(cfg: TrainConfig, config_path: Path) -> list[str]:
     return [sys.executable, "-m", "aci.training.run", str(config_path)]
 
 
-def _launch(ctx: Context, cfg: TrainConfig, message: str) -> JobView:
+def _launch(ctx: Context, cfg: TrainConfig, message: str, exclusive: bool = False) -> JobView:
     config_path = jobs.job_dir(ctx.state, cfg.job) / "config.json"
     return jobs.start(ctx.state, "train", _command(cfg, config_path), cfg.model_dump(mode="json"), cwd=ctx.workdir,
-                      job_id=cfg.job, message=message)
+                      job_id=cfg.job, message=message, exclusive=exclusive)
 
 
 def _measure(ctx: Context, cfg: TrainConfig, steps: int) -> tuple[float | None, JobView]:
@@ -379,7 +379,7 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
                            job=probe, next=[f"train start (same arguments) to launch {report['estimate']['steps']} steps"])
     msg = f"{cfg.method}{' LoRA' if cfg.lora else ''} of {cfg.parent} on {Path(cfg.data).name}" + \
           (f": {inp.note}" if inp.note else "")
-    view = _launch(ctx, cfg, msg)
+    view = _launch(ctx, cfg, msg, exclusive=not inp.concurrent)
     left = ctx.clock.left_for_work()
     nxt = [f"train status --job {view.id}"]
     if left is not None and left < timedelta(minutes=5):
