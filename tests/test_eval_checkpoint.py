@@ -364,6 +364,11 @@ def test_compare_states_its_method_and_decision():
     assert not c.decided and "min-eval-samples" in c.reason
     c = stats.compare("a", ev(12.0, 40), None, "b", ev(10.0, 40), None, 32)
     assert c.method == "none" and not c.decided
+    # identical trials (a greedy evaluator) carry no spread: one item apart is not a decision by ranges
+    c = stats.compare("a", ev(0.5067, 150, [0.5067, 0.5067]), None, "b", ev(0.5, 150, [0.5, 0.5]), None, 32)
+    assert c.method == "two-proportion z-test" and c.decided and not c.beats
+    c = stats.compare("a", ev(0.75, 40, [0.75, 0.75]), a, "b", ev(0.5, 40, [0.5, 0.5]), b, 32)
+    assert c.method == "paired bootstrap" and c.beats
 
 
 def test_eval_checkpoint_through_the_stdio_mcp_server(workdir, tiny_model):
@@ -400,3 +405,34 @@ def test_cli_prints_results_and_exits_2_on_errors(workdir, tiny_model):
     listed = subprocess.run([*aci, "--json", "eval-checkpoint", "list"], cwd=workdir, capture_output=True, text=True,
                             timeout=120)
     assert [e["score"] for e in json.loads(listed.stdout)["evaluations"]] == [0.2]
+
+
+def test_comparisons_count_what_was_measured(workdir, tiny_model):
+    """Over MCP: identical trials a single item apart decide nothing, and a result whose sample count the eval
+    command did not report (no --limit) is not counted as the whole benchmark."""
+    init_run(workdir, tiny_model, base_score=0.5, benchmark_size=1319)
+    copy_model(tiny_model, workdir / "ck", 0.5 + 1 / 150)
+
+    async def go():
+        async with mcp_client(workdir) as client:
+            async def ev(**args):
+                r = await client.call_tool("eval-checkpoint", {"action": "evaluate", **args})
+                assert not r.is_error, r.content
+                return r.structured_content
+
+            whole = await ev(checkpoint="base")  # evaluate.py scores its default subset, reports no count
+            await ev(checkpoint="base", limit=150, trials=2)
+            won = await ev(checkpoint="ck", parent="base", limit=150, trials=2, promote=True)
+            return whole, won
+
+    whole, won = asyncio.run(go())
+    assert whole["result"]["samples"] is None
+    assert any("unknown" in w and "min-eval-samples" in w for w in whole["warnings"])
+    assert won["result"]["scores"] == [pytest.approx(0.5 + 1 / 150)] * 2
+    assert won["comparison"]["method"] == "two-proportion z-test" and not won["comparison"]["beats"]
+    assert not won["promotion"]["promoted"] and "[rule keep-best]" in won["promotion"]["notes"][-1]
+    c = ctx(workdir)
+    assert gates(c)["baseline"].passed  # by the 150-sample evaluation, not the one of unknown size
+    base_only = [e for e in entries(workdir) if e["limit"] is None]
+    cmp = stats.compare("base", base_only[0], None, "base", base_only[0], None, 66)
+    assert not cmp.decided and "unknown" in cmp.reason and "min-eval-samples" in cmp.reason
