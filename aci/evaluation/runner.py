@@ -188,6 +188,7 @@ def evaluate(ctx: Context, ck: Checkpoint, spec: EvalSpec, *, job: str | None = 
             if progress:
                 progress({"eval_id": eval_id, "trial": i + 1, "trials": len(seeds), "seed": seed})
             trials.append(evaluator.run(model_path, seed))
+        ck.verify(ctx)  # the folder did not change while it was evaluated
     except ACIError as e:
         error = str(e)
     finally:
