@@ -1,20 +1,19 @@
-"""What a fresh context needs, derived from state: phases, gates, next actions, reminders.
+"""Where a run stands, derived from state: gates, phases, next actions, the rules that apply now.
 
 Nothing here is stored: every figure is recomputed from the state files on each call, so it cannot
-drift from what really happened. The envelope attached to every tool result is the short form.
+drift from what really happened. `status` and `log-state summary` return the long form (`summarise`);
+`aci.envelope` attaches the short form to every tool result.
 """
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
-from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from aci import clock, jobs, records
+from aci import clock, jobs, manifest, records
 from aci.context import Context
-from aci.registry import BestInfo, RunInfo
+from aci.rules import Guide
 from aci.state import now, parse_ts
 
 BENCHMARK_CARD = "benchmark-card"  # journal kind that closes recon
@@ -97,12 +96,11 @@ def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseS
     if not card:
         return []
     gate_map = gate_map or gates(ctx)
-    budget_min = float(card["budget_hours"]) * 60
     start = _ts(card["started_at"])
     t = now()
     out, current_found = [], False
     prev_end = start
-    for ph in ctx.rules.profile.phases:
+    for ph, allocated in ctx.rules.profile.allocation(float(card["budget_hours"]) * 60):
         g = gate_map.get(ph.gate)
         passed_at = _ts(g.at) if g and g.passed and g.at else None
         if passed_at and not current_found:
@@ -113,7 +111,7 @@ def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseS
             status, end = "pending", prev_end
         spent = max((end - prev_end).total_seconds() / 60, 0) if status != "pending" else 0.0
         out.append(PhaseStatus(
-            name=ph.name, gate=ph.gate, allocated_min=round(ph.share * budget_min, 1), spent_min=round(spent, 1),
+            name=ph.name, gate=ph.gate, allocated_min=round(allocated, 1), spent_min=round(spent, 1),
             status=status, gate_passed_at=g.at if g and g.passed else None,
         ))
         if status != "pending":
@@ -121,73 +119,26 @@ def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseS
     return out
 
 
-NEXT = {
-    "recon": [
-        "Read the eval command's grader and templates/; note answer format, sample count and time per eval.",
-        "Record it: aci log-state append --kind benchmark-card --message '<format, grader, pitfalls>'.",
-    ],
-    "baseline": ["Evaluate the base model on enough samples: aci eval-checkpoint evaluate --checkpoint base --limit <n>."],
-    "first-model": [
-        "Build data in the evaluation's format; gate it with aci histogram, aci verify-task and aci contamination.",
-        "Train a short first run (aci train start), evaluate its checkpoints and promote the first better one.",
-    ],
-    "iterate": [
-        "Read 15 failures of the best model, label each data, training or template, and fix the largest cause.",
-        "Evaluate every new checkpoint against the best with aci eval-checkpoint compare; promote only a better one.",
-    ],
-    "submit": ["Final reserve: start no training. Run aci finalize and fix what it flags."],
-}
+def guide(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> Guide:
+    """The next actions and rules of where the run stands (defined per phase in rules/rules.yaml)."""
+    if not ctx.card:
+        return ctx.rules.guide(None, has_card=False, in_reserve=False)
+    phase_list = phase_list if phase_list is not None else phases(ctx)
+    current = next((p.name for p in phase_list if p.status == "current"), None)
+    return ctx.rules.guide(current, has_card=True, in_reserve=ctx.clock.in_reserve())
 
 
 def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> list[str]:
-    if not ctx.card:
-        return ["Start the run card: aci plan init --base-model <path> --benchmark <name> --eval-command '<cmd>'."]
-    if ctx.clock.in_reserve():
-        return NEXT["submit"]
-    phase_list = phase_list if phase_list is not None else phases(ctx)
-    current = next((p.name for p in phase_list if p.status == "current"), "submit")
-    if current == "submit":  # every gate passed but time remains: keep improving
-        return NEXT["iterate"]
-    return NEXT[current]
+    return guide(ctx, phase_list).next
 
 
 def protected_changed(ctx: Context) -> list[str]:
     changed = []
     for rel, digest in (ctx.card or {}).get("protected", {}).items():
         p = ctx.workdir / rel
-        if not p.is_file() or file_digest(p) != digest:
+        if not p.is_file() or manifest.file_hash(p) != digest:
             changed.append(rel)
     return changed
-
-
-def file_digest(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
-
-
-def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str]:
-    if not ctx.card:
-        return ["No run card yet: run aci plan init first."]
-    out = []
-    clk = ctx.clock
-    if clk.in_reserve():
-        out.append("Final reserve: start no training; promote only from finished evaluations and run aci finalize.")
-    else:
-        work = clk.left_for_work()
-        if work is not None and work.total_seconds() < 3600:
-            out.append(f"Final reserve starts in {clock.fmt(work)}: plan jobs to end before it.")
-    changed = protected_changed(ctx)
-    if changed:
-        out.append(f"Evaluation files changed since init ({', '.join(changed[:3])}): restore them (rule no-eval-edits).")
-    gate_map = gate_map or gates(ctx)
-    if not gate_map["baseline"].passed:
-        out.append("No baseline yet: evaluate the base model before training.")
-    elif not gate_map["first-promoted"].passed:
-        out.append("No final_model yet: promote the first checkpoint that beats the base model.")
-    if ctx.rules.profile.contamination.required_before_training:
-        unchecked = unchecked_datasets(ctx)
-        if unchecked:
-            out.append(f"Data not contamination-checked: {', '.join(unchecked[:3])}.")
-    return out[:3]
 
 
 def unchecked_datasets(ctx: Context) -> list[str]:
@@ -200,20 +151,6 @@ def unchecked_datasets(ctx: Context) -> list[str]:
         if manifest.get("role", "train") == "train" and not (manifest.get("contamination") or {}).get("verdict"):
             out.append(m.parent.name)
     return out
-
-
-def envelope(ctx: Context) -> RunInfo:
-    clk = ctx.clock
-    left = clk.left()
-    best = ctx.best
-    return RunInfo(
-        deadline=clk.deadline.isoformat(timespec="seconds") if clk.deadline else None,
-        time_left=clock.fmt(left),
-        time_left_min=round(left.total_seconds() / 60, 1) if left is not None else None,
-        in_final_reserve=clk.in_reserve(),
-        best=BestInfo(checkpoint=best["checkpoint"], score=best["score"], range=best.get("range")) if best else None,
-        reminders=reminders(ctx),
-    )
 
 
 class Summary(BaseModel):
@@ -244,6 +181,7 @@ def summarise(ctx: Context, last: int = 10) -> Summary:
     phase_list = phases(ctx, gate_map)
     current = next((p.name for p in phase_list if p.status == "current"), None)
     clk = ctx.clock
+    now_guide = guide(ctx, phase_list)
     return Summary(
         has_run_card=bool(card),
         profile=card.get("profile"),
@@ -253,30 +191,13 @@ def summarise(ctx: Context, last: int = 10) -> Summary:
         deadline=clk.deadline.isoformat(timespec="seconds") if clk.deadline else None,
         deadline_source=clk.source,
         time_left=clock.fmt(clk.left()),
-        final_reserve_min=ctx.rules.profile.final_reserve_min,
+        final_reserve_min=clk.reserve.total_seconds() / 60,
         current_phase=current,
         phases=phase_list,
         gates=list(gate_map.values()),
         best=ctx.best,
         last_events=ctx.state.journal(last) if card else [],
         running_jobs=[j.model_dump(mode="json") for j in jobs.active(ctx.state)],
-        next_actions=next_actions(ctx, phase_list),
-        rules_now=rules_now(ctx, current),
+        next_actions=now_guide.next,
+        rules_now=[f"{i}: {ctx.rules.rule(i).text}" for i in now_guide.rules],
     )
-
-
-_RULES_BY_PHASE = {
-    None: ["base-model-only", "no-test-data"],
-    "recon": ["no-eval-edits", "no-test-data", "no-hosted-llm"],
-    "baseline": ["min-eval-samples", "no-eval-edits"],
-    "first-model": ["no-test-data", "forbidden-datasets", "eval-template", "final-reserve", "keep-best"],
-    "iterate": ["keep-best", "min-eval-samples", "final-reserve", "no-teacher-distillation", "never-stop-early"],
-    "submit": ["end-of-turn", "keep-best", "never-stop-early"],
-}
-
-
-def rules_now(ctx: Context, phase: str | None) -> list[str]:
-    ids = _RULES_BY_PHASE.get(phase, _RULES_BY_PHASE[None])
-    if ctx.clock.in_reserve():
-        ids = _RULES_BY_PHASE["submit"]
-    return [f"{i}: {ctx.rules.rule(i).text}" for i in ids]
