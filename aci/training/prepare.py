@@ -192,14 +192,15 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def launch(ctx: Context, cfg: TrainConfig, message: str) -> JobView:
-    """Start the job (`python -m aci.training.run CONFIG`, under `accelerate launch` for several GPUs)."""
+def launch(ctx: Context, cfg: TrainConfig, message: str, exclusive: bool = False) -> JobView:
+    """Start the job (`python -m aci.training.run CONFIG`, under `accelerate launch` for several GPUs);
+    `exclusive` refuses it, under the state lock, while another train job runs."""
     config_path = jobs.job_dir(ctx.state, cfg.job) / "config.json"
     launcher = ["-m", "accelerate.commands.launch", "--num_processes", str(cfg.num_processes)] \
         if cfg.num_processes > 1 else []
     command = [sys.executable, *launcher, "-m", "aci.training.run", str(config_path)]
     return jobs.start(ctx.state, "train", command, cfg.model_dump(mode="json"), cwd=ctx.workdir, job_id=cfg.job,
-                      message=message)
+                      message=message, exclusive=exclusive)
 
 
 def measure(ctx: Context, cfg: TrainConfig, steps: int) -> tuple[float | None, JobView]:
