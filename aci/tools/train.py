@@ -24,7 +24,7 @@ from aci.errors import ACIError
 from aci.jobs import JobView
 from aci.registry import ToolInput, ToolOutput, tool
 from aci.training import config as cfg_mod
-from aci.training import gates
+from aci.training import gates, hardware
 from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
 
 MEASURE_TIMEOUT_S = 1800
@@ -55,7 +55,8 @@ class TrainInput(ToolInput):
     merge_lora: bool = Field(False, description="also save each LoRA checkpoint merged (<checkpoint>/merged/)")
     max_length: int = Field(2048, ge=8, description="tokens per sequence (longer samples are truncated); "
                                                     "grpo: prompt limit")
-    packing: bool = Field(False, description="pack several samples per sequence (fast with flash attention)")
+    packing: bool | None = Field(None, description="pack samples into rows of max_length, each sample attending only "
+                                                   "to itself (default: on with CUDA where the model supports it)")
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1, description="optimizer steps (overrides epochs)")
     learning_rate: float | None = Field(None, gt=0, description="default 2e-5 full / 2e-4 LoRA; "
@@ -246,7 +247,8 @@ def _prepare(inp: TrainInput, ctx: Context, job_id: str) -> tuple[TrainConfig, d
     )
     seq_per_sample = report["sequences"] / report["samples_checked"]
     if inp.method == "sft":
-        report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=inp.packing,
+        packing = inp.packing if inp.packing is not None else hardware.cuda_likely()  # the job decides for real
+        report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=packing,
                                         max_length=inp.max_length, batch=inp.batch_size, grad_accum=inp.grad_accum,
                                         processes=inp.num_gpus, epochs=inp.epochs, max_steps=inp.max_steps)
     else:

@@ -57,7 +57,8 @@ class TrainConfig(_Strict):
     lora: LoraSettings | None = None
     merge_lora: bool = False
     max_length: int = Field(2048, ge=8)
-    packing: bool = False
+    packing: bool | None = Field(None, description="pack samples into rows (per-sample attention); None: on with "
+                                                   "CUDA where the model and attention kernel keep samples apart")
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1)
     learning_rate: float = Field(gt=0)
