@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from aci import clock
 from aci.context import Context
-from aci.summary import gates, next_actions
+from aci.progress import gates, next_actions
 
 
 def stop_decision(ctx: Context, hook: dict | None = None) -> dict | None:

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aci.context import Context
+from aci.envelope import RunInfo, envelope
 from aci.errors import ACIError
 
 
@@ -26,23 +27,6 @@ class ToolInput(BaseModel):
     """Base of every tool's input: unknown fields are errors, so typos never pass silently."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-class BestInfo(BaseModel):
-    checkpoint: str
-    score: float
-    range: tuple[float, float] | None = None
-
-
-class RunInfo(BaseModel):
-    """Carried by every result, so the rules and the clock come back with every call."""
-
-    deadline: str | None = Field(None, description="ISO time the run ends")
-    time_left: str = Field(description="e.g. 7h12m, or 'unknown' without a run card or timer")
-    time_left_min: float | None = None
-    in_final_reserve: bool = False
-    best: BestInfo | None = None
-    reminders: list[str] = Field(default_factory=list, max_length=3)
 
 
 class ToolOutput(BaseModel):
@@ -94,6 +78,10 @@ def tool(
         if not (issubclass(inp, ToolInput) and issubclass(out, ToolOutput)):
             raise TypeError(f"tool {name}: input must subclass ToolInput and output ToolOutput")
         action = "action" if "action" in inp.model_fields else None
+        known = _REGISTRY.get(name)
+        if known and (known.fn.__module__, known.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ACIError(f"tool {name!r} is already registered by {known.fn.__module__}.{known.fn.__qualname__}; "
+                           f"{fn.__module__}.{fn.__qualname__} needs another name")
         _REGISTRY[name] = Tool(
             name=name,
             title=title,
@@ -146,7 +134,5 @@ def call(name: str, args: dict[str, Any], ctx: Context) -> ToolOutput:
         raise ACIError(validation_message(name, e)) from None
     out = t.fn(inp, ctx)
     ctx.forget()
-    from aci.summary import envelope
-
     out.run = envelope(ctx)
     return out

@@ -2,7 +2,7 @@
 
 Everything comes from the state folder (and the files it names), so a report can be written at any time,
 by anyone, after the fact: the run card, the journal (timeline), the phase plan against the time used
-(`aci.summary.phases`), every evaluation in `checkpoints.jsonl` with its trial range, the data manifests
+(`aci.progress.phases`), every evaluation in `checkpoints.jsonl` with its trial range, the data manifests
 (histogram comparisons, verify-task yields, contamination verdicts) and the loss curve of each training
 job (from the job's `history.jsonl` when present, else the trainer's `trainer_state.json` of its last
 checkpoint, else the `[aci] step` lines of its log).
@@ -54,7 +54,7 @@ class Run:
 def collect(state_dir: Path) -> Run:
     from aci.context import Context
     from aci.errors import ACIError
-    from aci.summary import FINALIZE, phases
+    from aci.progress import FINALIZE, phases
 
     state = State(state_dir)
     card = state.read(records.RUN_CARD)

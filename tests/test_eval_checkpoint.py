@@ -16,7 +16,7 @@ import pytest
 from aci import records, registry
 from aci.errors import ACIError
 from aci.evaluation import command, stats, swap
-from aci.summary import gates
+from aci.progress import gates
 from tests.conftest import mcp_client
 from tests.eval_helpers import (
     call,

@@ -12,7 +12,7 @@ import pytest
 
 from aci import registry
 from aci.evaluation import swap
-from aci.summary import FINALIZE, gates
+from aci.progress import FINALIZE, gates
 from tests.conftest import mcp_client
 from tests.eval_helpers import (
     call,

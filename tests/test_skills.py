@@ -1,8 +1,8 @@
 """The Markdown half of the product, tested like code.
 
-The checker (`aci.bundle_check`) must pass on the real bundle, and must fail on each kind of defect it
-exists to catch: planted in a temporary copy of the Markdown, or made by renaming a tool, an action or
-an option in the live registry. The entry skill's first five commands are run through the real CLI in
+The checker (`tests/bundle_check.py`, a development module) must pass on the real bundle, and must fail
+on each kind of defect it exists to catch: planted in a temporary copy of the Markdown, or made by
+renaming a tool, an action or an option in the live registry. The entry skill's first five commands are run through the real CLI in
 a simulated PostTrainBench task folder, and the MCP server is checked to serve the same Markdown and
 the same tool names and arguments the Markdown uses.
 """
@@ -25,8 +25,9 @@ import pytest
 import yaml
 from pydantic import Field, create_model
 
-from aci import bundle, bundle_check, registry
-from aci.bundle_check import Doc, check, check_command, vocabulary
+from aci import bundle, registry
+from tests import bundle_check
+from tests.bundle_check import Doc, check, check_command, vocabulary
 
 ROOT = bundle.root()
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

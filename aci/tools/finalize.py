@@ -6,9 +6,9 @@ from pydantic import Field
 
 from aci.context import Context
 from aci.evaluation import checkpoints, checks, promotion, runner, swap
+from aci.progress import FINALIZE, protected_changed
 from aci.registry import ToolInput, ToolOutput, tool
 from aci.state import iso
-from aci.summary import FINALIZE, protected_changed
 
 
 class FinalizeInput(ToolInput):

@@ -6,13 +6,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from aci import records
+from aci import manifest, records
 from aci.clock import read_timer
 from aci.context import Context
 from aci.errors import ACIError
+from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
 from aci.state import iso, now, parse_ts
-from aci.summary import Gate, PhaseStatus, file_digest, gates, next_actions, phases
 
 PROTECTED = ("evaluate.py", "evaluation_code", "templates")
 _FAMILIES = ("qwen", "llama", "gemma", "smollm", "mistral", "phi")
@@ -79,7 +79,7 @@ def _protected_digests(ctx: Context) -> dict[str, str]:
         p = ctx.workdir / name
         files = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else []
         for f in files[:500]:
-            out[str(f.relative_to(ctx.workdir))] = file_digest(f)
+            out[str(f.relative_to(ctx.workdir))] = manifest.file_hash(f)
     return out
 
 

@@ -1,20 +1,18 @@
-"""What a fresh context needs, derived from state: phases, gates, next actions, reminders.
+"""Where a run stands, derived from state: gates, phases, next actions, the rules that apply now.
 
 Nothing here is stored: every figure is recomputed from the state files on each call, so it cannot
-drift from what really happened. The envelope attached to every tool result is the short form.
+drift from what really happened. `status` and `log-state summary` return the long form (`summarise`);
+`aci.envelope` attaches the short form to every tool result.
 """
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
-from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from aci import clock, jobs, records
+from aci import clock, jobs, manifest, records
 from aci.context import Context
-from aci.registry import BestInfo, RunInfo
 from aci.state import now, parse_ts
 
 BENCHMARK_CARD = "benchmark-card"  # journal kind that closes recon
@@ -155,39 +153,9 @@ def protected_changed(ctx: Context) -> list[str]:
     changed = []
     for rel, digest in (ctx.card or {}).get("protected", {}).items():
         p = ctx.workdir / rel
-        if not p.is_file() or file_digest(p) != digest:
+        if not p.is_file() or manifest.file_hash(p) != digest:
             changed.append(rel)
     return changed
-
-
-def file_digest(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
-
-
-def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str]:
-    if not ctx.card:
-        return ["No run card yet: run aci plan init first."]
-    out = []
-    clk = ctx.clock
-    if clk.in_reserve():
-        out.append("Final reserve: start no training; promote only from finished evaluations and run aci finalize.")
-    else:
-        work = clk.left_for_work()
-        if work is not None and work.total_seconds() < 3600:
-            out.append(f"Final reserve starts in {clock.fmt(work)}: plan jobs to end before it.")
-    changed = protected_changed(ctx)
-    if changed:
-        out.append(f"Evaluation files changed since init ({', '.join(changed[:3])}): restore them (rule no-eval-edits).")
-    gate_map = gate_map or gates(ctx)
-    if not gate_map["baseline"].passed:
-        out.append("No baseline yet: evaluate the base model before training.")
-    elif not gate_map["first-promoted"].passed:
-        out.append("No final_model yet: promote the first checkpoint that beats the base model.")
-    if ctx.rules.profile.contamination.required_before_training:
-        unchecked = unchecked_datasets(ctx)
-        if unchecked:
-            out.append(f"Data not contamination-checked: {', '.join(unchecked[:3])}.")
-    return out[:3]
 
 
 def unchecked_datasets(ctx: Context) -> list[str]:
@@ -200,20 +168,6 @@ def unchecked_datasets(ctx: Context) -> list[str]:
         if manifest.get("role", "train") == "train" and not (manifest.get("contamination") or {}).get("verdict"):
             out.append(m.parent.name)
     return out
-
-
-def envelope(ctx: Context) -> RunInfo:
-    clk = ctx.clock
-    left = clk.left()
-    best = ctx.best
-    return RunInfo(
-        deadline=clk.deadline.isoformat(timespec="seconds") if clk.deadline else None,
-        time_left=clock.fmt(left),
-        time_left_min=round(left.total_seconds() / 60, 1) if left is not None else None,
-        in_final_reserve=clk.in_reserve(),
-        best=BestInfo(checkpoint=best["checkpoint"], score=best["score"], range=best.get("range")) if best else None,
-        reminders=reminders(ctx),
-    )
 
 
 class Summary(BaseModel):

@@ -17,7 +17,8 @@ full confidence, so these are checked like code:
 * `workflows/posttrain.md` names the phases and gates of every rules profile, in order, with the time
   shares the profile sets; minimum-sample and final-reserve figures match the profiles.
 
-`python -m aci.bundle_check [ROOT]` prints one `file:line: problem` per finding and exits 1 on any.
+A development module, not part of the runtime package: `python -m tests.bundle_check [ROOT]` (from the
+repository root) prints one `file:line: problem` per finding and exits 1 on any.
 """
 
 from __future__ import annotations
