@@ -75,6 +75,8 @@ class TrainConfig(_Strict):
     grpo: GrpoSettings | None = None
     stop_at: str | None = Field(None, description="ISO time the job saves and stops at (deadline minus reserve)")
     measure: bool = Field(False, description="a throughput measurement: no checkpoints are saved")
+    find_batch: bool = Field(False, description="measurement: first find the largest micro-batch that fits "
+                                                "(aci.training.batch), keeping batch_size x grad_accum")
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")

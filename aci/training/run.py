@@ -9,7 +9,9 @@ that were renamed are translated in `make_args`.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import inspect
+import json
 import sys
 from pathlib import Path
 
@@ -101,6 +103,9 @@ def lora_config(cfg: TrainConfig):
                       target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
 
 
+_ENCODED: dict[tuple, tuple] = {}
+
+
 def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
     """The TRL trainer for `cfg`, and the speed settings it runs with."""
     model = load_model(cfg, cuda)
@@ -113,8 +118,12 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
     if cfg.method == "sft":
         from trl import SFTConfig, SFTTrainer
 
-        encoded, stats = data.encode_samples(data_path, tokenizer, template, max_length=cfg.max_length,
-                                             kwargs=cfg.template_kwargs)
+        key = (cfg.data, cfg.max_length, json.dumps(cfg.template_kwargs, sort_keys=True))
+        if key not in _ENCODED:  # a measurement builds its trainer twice (before and after the batch search)
+            _ENCODED.clear()
+            _ENCODED[key] = data.encode_samples(data_path, tokenizer, template, max_length=cfg.max_length,
+                                                kwargs=cfg.template_kwargs)
+        encoded, stats = _ENCODED[key]
         dataset = data.sft_dataset(encoded, pack_to=cfg.max_length if speed.packing else None)
         print(f"[aci] data: {stats.report()}" + (f", packed into {len(dataset)} rows" if speed.packing else ""),
               flush=True)
@@ -156,6 +165,27 @@ def vllm_settings() -> dict:
     return {"vllm_mode": "colocate", "vllm_enable_sleep_mode": generation.vllm_sleeps()}
 
 
+def find_batch(cfg: TrainConfig, trainer, callback) -> TrainConfig:
+    """The measurement's search for the largest micro-batch that fits (`aci.training.batch`): the config
+    with the split found (the probed trainer's optimizer state is released; the caller rebuilds)."""
+    from aci.training import batch
+
+    why = ("grpo: generation dominates its memory" if cfg.method != "sft" else
+           "several processes or DeepSpeed: a single-process trial does not measure their memory"
+           if cfg.num_processes > 1 or cfg.deepspeed else None)
+    if why:
+        callback.progress["batch"] = {"searched": False, "why": why}
+        return cfg
+    callback.write(force=True, phase="sizing")
+    plan = batch.search(cfg.batch_size * cfg.grad_accum, batch.TrainerProbe(trainer), cfg.gradient_checkpointing)
+    print(f"[aci] batch: micro-batch {plan.micro_batch} x {plan.grad_accum} accumulation, gradient checkpointing "
+          f"{plan.gradient_checkpointing}, {plan.tokens_per_s} tokens/s in the trial", flush=True)
+    batch.release(trainer)
+    callback.progress["batch"] = {"searched": True, **plan.report()}
+    return cfg.model_copy(update={"batch_size": plan.micro_batch, "grad_accum": plan.grad_accum,
+                                  "gradient_checkpointing": plan.gradient_checkpointing})
+
+
 def main(argv: list[str]) -> int:
     cfg = config_mod.load(argv[0])
     jobs.write_progress({"phase": "loading", "step": 0, "job": cfg.job})
@@ -179,7 +209,17 @@ def main(argv: list[str]) -> int:
     eot = templates.end_of_turn(tokenizer, template, cfg.template_kwargs)
     if eot and cfg.method == "grpo":  # completions end at the end-of-turn token, as at evaluation
         tokenizer.eos_token = eot
+    if cfg.find_batch and cfg.gradient_checkpointing is None:
+        cfg = cfg.model_copy(update={"gradient_checkpointing": False})  # the search turns it on if needed
     trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda)
+    if cfg.find_batch:
+        cfg = find_batch(cfg, trainer, callback)
+        if callback.progress["batch"]["searched"]:  # the model loads again, for a trainer built for the split
+            trainer = None
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
+            trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda)
     callback.progress["speed"] = speed.report()
     set_end_of_turn(trainer.model, tokenizer, eot)
     trainer.train()
