@@ -135,7 +135,7 @@ def run_aci(work: Path, s: dict) -> tuple[list[tuple[float, float]], dict]:
     subprocess.run([*aci, "plan", "init", "--base-model", str(work / "model"), "--benchmark", "gpu-bench",
                     "--profile", "default"], cwd=work, check=True, capture_output=True)
     args = [f"--max-length={s['max_length']}", f"--max-steps={s['steps']}", "--save-steps=100000",
-            f"--logging-steps={s['logging_steps']}"]
+            f"--logging-steps={s['logging_steps']}", *s["aci_args"]]
     dry = subprocess.run([*aci, "--json", "train", "dry-run", "--data", "data.jsonl", *args, "--measure-steps=3"],
                          cwd=work, capture_output=True, text=True)
     if dry.returncode:
@@ -191,8 +191,8 @@ def main() -> int:
         print("no CUDA device: bench/gpu_train.py measures GPU training and runs only where CUDA is present")
         return 0
     shape = QWEN3_1_7B if cuda else TINY
-    s = {"cuda": cuda, "max_length": 4096 if cuda else 256, "steps": args.steps if cuda else 6,
-         "logging_steps": 2 if cuda else 1}
+    s = {"cuda": cuda, "max_length": 4096 if cuda else 256, "steps": args.steps if cuda else 4,
+         "logging_steps": 2 if cuda else 1, "aci_args": [] if cuda else ["--batch-size=2", "--grad-accum=2"]}
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                       TOKENIZERS_PARALLELISM="false")
     os.environ.pop("ACI_STATE", None)
@@ -201,7 +201,7 @@ def main() -> int:
         work = Path(tmp)
         t0 = time.monotonic()
         build(work / "model", shape, cuda)
-        (work / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples(1600 if cuda else 64,
+        (work / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples(1600 if cuda else 32,
                                                                                         2000 if cuda else 300)))
         print(f"model and data ready in {time.monotonic() - t0:.0f} s on {device}", flush=True)
         results = {}
