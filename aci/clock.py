@@ -3,8 +3,8 @@
 The deadline comes from `timer.sh` in the working directory when it exists (PostTrainBench's harness
 prints `Remaining time (hours:minutes):` then `H:MM`, or `Timer expired!`), because the harness started
 counting before the agent did. Otherwise it comes from the run card (a fixed deadline, or start time
-plus budget). The final reserve is the profile's `final_reserve_min`: time kept for promotion,
-`finalize` and checks, which no job may eat into.
+plus budget). The final reserve (`rules.Profile.reserve_min`) is time kept for promotion, `finalize`
+and checks, which no job may eat into.
 """
 
 from __future__ import annotations

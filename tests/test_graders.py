@@ -6,13 +6,17 @@ import json
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from aci import rules
 from aci.errors import ACIError
 from aci.graders import NAMES, Score, grade, grader_for, parse_spec
+from aci.graders.answers import Choice
 from tests.openai_stub import OpenAIStub
+
+DATA = Path(__file__).parent / "data"
 
 
 def task(**gold) -> dict:
@@ -135,7 +139,7 @@ def test_last_number():
 
 def test_choice():
     t = task(answer="C")
-    for ok in ["ANSWER: C", "The answer is (C).", "C", "(c)", "I think B... no. The answer is C", "answer: **C**"]:
+    for ok in ["ANSWER: C", "Reasoning...\nANSWER: C", "Final answer: C", "**ANSWER: C**"]:
         assert grade(t, ok, default="choice").score == 1, ok
     assert grade(t, "ANSWER: A", default="choice").score == 0
     s = grade(t, "It could be anything", default="choice")
@@ -145,6 +149,19 @@ def test_choice():
     assert grader_for("choice").corrupt(task(answer="D"))[0] == "ANSWER: A"
     with pytest.raises(ACIError, match="letter"):
         grade(task(answer="42"), "A", default="choice")
+
+
+def test_choice_reads_the_letter_the_evaluation_reads():
+    """GPQA's evaluation (inspect_ai's multiple_choice) reads the first `ANSWER:` line, not the last, and
+    reads `ANSWER: (C)`, `ANSWER: c` or a lone `C` as no answer: the grader agrees on every reply that
+    inspect_ai 0.3.150 itself scored (tests/data/inspect_choice_cases.json)."""
+    cases = json.loads((DATA / "inspect_choice_cases.json").read_text())["cases"]
+    assert len(cases) >= 30
+    for case in cases:
+        assert Choice.extract(case["response"], "ABCD") == case["letter"], case["response"]
+    first_wins = "ANSWER: B\nOn reflection the right one is C.\nANSWER: C"
+    assert grade(task(answer="B"), first_wins, default="choice").score == 1
+    assert grade(task(answer="C"), first_wins, default="choice").score == 0
 
 
 def test_unit_tests_results_and_malformed_code():

@@ -45,8 +45,9 @@ def test_stdio_server_lists_tools_and_answers(workdir):
             # 5 % of 1319 items is over the absolute minimum of 32
             assert "66 samples" in next(g["evidence"] for g in s["gates"] if g["name"] == "baseline")
 
-            bad = await c.call_tool("plan", {"action": "init", "base_model": "x", "benchmark": "y"})
-            assert bad.is_error and "already exists" in bad.content[0].text
+            again = await c.call_tool("plan", {"action": "init", "base_model": "x", "benchmark": "gsm8k"})
+            assert not again.is_error and again.structured_content["card"]["base_model"] == "base"
+            assert any("kept the card's base_model" in w for w in again.structured_content["warnings"])
 
             resources = {str(x.uri) for x in (await c.list_resources()).resources}
             assert "skill://posttrain" in resources and "rules://integrity" in resources

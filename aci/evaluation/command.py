@@ -10,16 +10,21 @@ The metrics JSON is read from `{output}` (or, without that placeholder, from the
 command prints). The score is the configured key (dotted for nesting), else the first of `accuracy`,
 `score`, `acc`, `exact_match`, `pass@1`, `mean`, else the only numeric value. The sample count comes
 from the JSON (`n_examples`, `samples`, ...) when present, else from the limit.
+
+Users type the command they run by hand (`python evaluate.py --model-path final_model --limit -1`);
+`translate` turns it into the template once, at `plan init`, and says what it changed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aci.errors import ACIError
@@ -30,6 +35,81 @@ PLACEHOLDERS = ("{model_path}", "{limit}", "{output}", "{seed}")
 SCORE_KEYS = ("accuracy", "score", "acc", "exact_match", "pass@1", "mean")
 COUNT_KEYS = ("n_examples", "n_samples", "num_samples", "samples", "sample_count", "total", "n")
 _NOT_SCORES = ("stderr", "std", "count", "total", "n_", "num_", "samples", "time", "seconds")
+
+
+# Options of the eval commands users type (PostTrainBench's evaluate.py first) whose values `translate`
+# turns into placeholders, with the reason it gives for each.
+_ROLES = {
+    "--model-path": ("{model_path}", "each evaluation points it at the checkpoint it scores"),
+    "--model_path": ("{model_path}", "each evaluation points it at the checkpoint it scores"),
+    "--limit": ("{limit}", "each evaluation fills it from its own `--limit N` and leaves it out without one (then "
+                           "the script's default applies: score the full set with `--limit <benchmark size>`)"),
+    "--json-output-file": ("{output}", "each trial writes its metrics JSON there for the tools to read"),
+}
+SUBMISSION_DIR = "final_model"  # the folder a PostTrainBench command names as the model
+_PLAIN = re.compile(r"[\w@%+=:,./{}-]+")
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The template the tools run, and each change made to the command as typed, in words."""
+
+    command: str
+    changes: list[str] = field(default_factory=list)
+
+
+def _join(parts: list[str]) -> str:
+    """shlex.join, but placeholders stay readable: `{model_path}`, not `'{model_path}'`."""
+    return " ".join(p if _PLAIN.fullmatch(p) else shlex.quote(p) for p in parts)
+
+
+def translate(typed: str) -> Translation:
+    """The eval command as typed -> a template with `{model_path}`, `{limit}` and `{output}`.
+
+    The value of `--model-path` (or a bare `final_model` argument) becomes `{model_path}`; the value of
+    `--limit` (`-1` for all, or `N`) becomes `{limit}`; the value of `--json-output-file` becomes
+    `{output}`. PostTrainBench's `evaluate.py` also gets `--limit {limit}` and `--json-output-file
+    {output}` when they are missing, since its score is read from that file. A template comes back as it
+    is, so translating twice changes nothing."""
+    try:
+        parts = shlex.split(typed)
+    except ValueError as e:
+        raise ACIError(f"eval command cannot be split into arguments ({e}): {typed!r}") from None
+    if not parts:
+        raise ACIError("eval command is empty")
+    out: list[str] = []
+    changes: list[str] = []
+    k = 0
+    while k < len(parts):
+        part = parts[k]
+        opt, eq, value = part.partition("=")
+        role = _ROLES.get(opt) if part.startswith("--") else None
+        if role is None or not eq and k + 1 == len(parts):
+            if part.rstrip("/").removeprefix("./") == SUBMISSION_DIR:
+                changes.append(f"`{part}` -> `{{model_path}}`: {_ROLES['--model-path'][1]}")
+                part = "{model_path}"
+            out.append(part)
+            k += 1
+            continue
+        if not eq:
+            k += 1
+            value = parts[k]
+        placeholder, why = role
+        if placeholder not in value:
+            sep = "=" if eq else " "
+            changes.append(f"`{opt}{sep}{value}` -> `{opt}{sep}{placeholder}`: {why}")
+            value = placeholder
+        out += [f"{opt}={value}"] if eq else [opt, value]
+        k += 1
+    if "{model_path}" not in " ".join(out):
+        raise ACIError(f"cannot tell which argument of the eval command is the model: {typed!r}; write "
+                       f"{{model_path}} where the model's folder goes (e.g. --model-path {{model_path}})")
+    if any(p.endswith("evaluate.py") for p in out):  # PostTrainBench's script takes both options
+        for opt, placeholder in (("--limit", "{limit}"), ("--json-output-file", "{output}")):
+            if placeholder not in " ".join(out):
+                out += [opt, placeholder]
+                changes.append(f"added `{opt} {placeholder}`: {_ROLES[opt][1]}")
+    return Translation(_join(out) if changes else typed, changes)  # a template stays byte for byte
 
 
 def argv(template: str, *, model_path: str, limit: int | None, output: Path, seed: int) -> list[str]:
