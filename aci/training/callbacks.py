@@ -57,10 +57,11 @@ class JobCallback(TrainerCallback):
             return
         elapsed = time.monotonic() - self.t0
         fields = {k: logs[k] for k in ("loss", "learning_rate", "reward", "grad_norm") if k in logs}
-        tokens = logs.get("num_tokens") or getattr(state, "num_input_tokens_seen", 0) or 0
+        # the trainer's own count when the job asks for it (packed rows: TRL counts one row per batch)
+        tokens = getattr(state, "num_input_tokens_seen", 0) or logs.get("num_tokens") or 0
         if tokens and elapsed > 0:
             fields.update(tokens=int(tokens), tokens_per_s=round(tokens / elapsed, 1))
-        if not fields or "train_runtime" in logs:  # the trainer's closing summary: nothing new
+        if not fields or "train_loss" in logs:  # the closing summary (train_runtime is in every log counting tokens)
             return
         self.write(force=True, **fields, **self._timing(state, elapsed))
         print(f"[aci] step {state.global_step}/{state.max_steps} " +
