@@ -121,13 +121,14 @@ def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool) -> dict:
     if ck.local is None:
         raise ACIError(f"checkpoint {ck.id} has no local folder ({ck.path})")
     scratch = out.parent / f"{out.name}.parents"
+    plain = checkpoints.resolve(ctx, ck.parent) if ck.sampling is not None else ck  # a variant's own files
     try:
-        onto = _trained_on(ctx, ck, scratch, {ck.id}) if ck.adapter else None
+        onto = _trained_on(ctx, plain, scratch, {plain.id}) if ck.adapter else None
         if ck.adapter and onto is None:
             raise ACIError(f"{ck.id} is a LoRA adapter but the model it was trained on has no local folder "
                            f"(parent chain {' -> '.join(checkpoints.ancestry(ctx, ck))})")
         return folder.build(ck.local, out, base_dir=checkpoints.base(ctx).local, merge_onto=onto,
-                            template=template_text(ctx), link=link)
+                            template=template_text(ctx), link=link, sampling=ck.sampling)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -166,6 +167,9 @@ def warnings_for(ctx: Context, spec: EvalSpec, evaluator, samples: int | None) -
 def evaluate(ctx: Context, ck: Checkpoint, spec: EvalSpec, *, job: str | None = None,
              progress: Callable[[dict], None] | None = None) -> dict:
     """Run the trials, record the entry (one event), and return it; raise ACIError after recording a failure."""
+    if ck.sampling is not None and spec.evaluator != "command":
+        raise ACIError(f"{ck.id}: sampling settings are measured with the eval command, whose vLLM reads them from "
+                       f"generation_config.json; the {spec.evaluator} evaluator decodes with its own settings")
     eval_id = f"ev-{time.strftime('%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     rel_dir = f"{EVALS}/{eval_id}"
     out_dir = ctx.state.root / rel_dir
