@@ -55,7 +55,8 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     (config.json loads); weights (safetensors, all shards readable, not .bin only); merged (no
     adapter_config.json / adapter_model.*); tokenizer loads; template (the run card's, else the
     tokenizer's, renders a prompt); end-of-turn (generation_config.json exists and its eos_token_id holds
-    the end-of-turn token's id, the same id the tokenizer gives it); processor (files the base model
+    the end-of-turn token's id, the same id the tokenizer gives it); sampling (the file read as vLLM
+    reads it: loads, and holds the settings promoted with an `<id>@<settings>` checkpoint); processor (files the base model
     has, e.g. Gemma's preprocessor_config.json); promotion (the folder is the one best.json names,
     unedited); eval-files (evaluate.py, evaluation_code/, templates/ unchanged); generates (the model
     loads with transformers and writes a short reply to a rendered prompt); with --eval-limit N, eval
