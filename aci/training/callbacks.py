@@ -18,6 +18,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from aci import jobs, records
+from aci.evaluation import identity
 from aci.state import State, iso, now, parse_ts
 from aci.training.config import TrainConfig
 
@@ -115,7 +116,7 @@ class JobCallback(TrainerCallback):
             save_merged(model, tokenizer, merged)
         entry = records.CheckpointEntry(
             type="registered", checkpoint=f"{self.cfg.job}/checkpoint-{step}", ts=now(), path=str(folder),
-            parent=self.cfg.parent, job=self.cfg.job, step=step, adapter=adapter,
+            parent=self.cfg.parent, job=self.cfg.job, step=step, adapter=adapter, **identity.pin(folder),
         ).model_dump(mode="json", exclude_none=True)
         entry.update(ts=iso(), method=self.cfg.method, loss=self.progress.get("loss"),  # ts in state's iso format
                      **({"merged": str(merged)} if merged else {}))

@@ -15,12 +15,15 @@ the block-diagonal mask transformers builds from the position ids (one row per p
 costs what it costs unpacked). TRL's own packing joins every batch into one row, which costs sdpa a mask
 and attention over the whole batch.
 
-The same functions serve the `train` tool's checks (a few samples) and the job (all of them).
+The same functions serve the `train` tool's checks (a few samples) and the job (all of them). The job
+reads the data file once (`pinned_content`) and parses those bytes, so what it trains on is exactly what
+hashes to the checked file's sha256.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 from dataclasses import dataclass, field
 from itertools import islice
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from aci import tasks, templates
+from aci.errors import ACIError
 
 
 @dataclass
@@ -67,16 +71,49 @@ class Stats:
         }
 
 
+def pinned_content(path: Path, sha256: str, profile: str) -> bytes:
+    """The bytes of the data file, refused (rule `no-test-data`) unless they hash to `sha256`, the hash
+    the job's checks and the file's contamination verdict were computed over."""
+    try:
+        content = path.read_bytes()
+    except OSError as e:
+        raise ACIError(f"cannot read the training data {path}: {e.strerror}") from None
+    now = hashlib.sha256(content).hexdigest()
+    if now != sha256:
+        from aci import rules
+
+        raise rules.load(profile).refuse("no-test-data", f"{path} changed after this job's checks (sha256 "
+                                                         f"{sha256[:12]} then, {now[:12]} now): its contamination "
+                                                         f"verdict covers the checked bytes, not these; check the "
+                                                         f"file again and start a new job")
+    return content
+
+
+def encode_text(tokenizer: Any, text: str, max_length: int | None) -> templates.Encoded:
+    """A `text` row: its tokens and an end-of-sequence token, all learned, no chat template."""
+    ids = tokenizer(text)["input_ids"]
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is not None and (not ids or ids[-1] != eos):
+        ids.append(eos)
+    n = len(ids)
+    if max_length and n > max_length:
+        ids = ids[:max_length]
+    return templates.Encoded(ids, [1] * len(ids), truncated=n > len(ids), length=n, text=text)
+
+
 def encode_samples(path: Path, tokenizer: Any, template: templates.Template, *, max_length: int,
-                   kwargs: dict | None = None, limit: int | None = None) -> tuple[list[templates.Encoded], Stats]:
-    """Encode the SFT samples of `path` (the first `limit`); errors name the file and line."""
+                   kwargs: dict | None = None, limit: int | None = None,
+                   content: bytes | None = None) -> tuple[list[templates.Encoded], Stats]:
+    """Encode the SFT samples of `path` (the first `limit`; from `content` when given); errors name the
+    file and line."""
     stats = Stats()
     out: list[templates.Encoded] = []
-    for n, row in islice(tasks.read_rows(path), limit):
+    for n, row in islice(tasks.read_rows(path, content), limit):
         loc = f"{path}:{n}"
         sample = tasks.to_sample(row, loc)
         try:
-            encoded = templates.encode(tokenizer, template, sample, max_length=max_length, kwargs=kwargs)
+            encoded = ([encode_text(tokenizer, sample["text"], max_length)] if "messages" not in sample else
+                       templates.encode(tokenizer, template, sample, max_length=max_length, kwargs=kwargs))
         except templates.RenderError as e:
             raise templates.RenderError(f"{loc}: {e}") from None
         stats.samples += 1
@@ -169,7 +206,7 @@ class PackedCollator:
 
 
 def grpo_prompts(path: Path, tokenizer: Any, template: templates.Template, *, kwargs: dict | None = None,
-                 limit: int | None = None) -> tuple[list[dict], Stats]:
+                 limit: int | None = None, content: bytes | None = None) -> tuple[list[dict], Stats]:
     """Task records rendered as prompts (the evaluation's template plus its generation prompt).
 
     Each row keeps the whole task as JSON, so the reward function grades with the task's own grader and
@@ -179,7 +216,7 @@ def grpo_prompts(path: Path, tokenizer: Any, template: templates.Template, *, kw
     rows = []
     bos = getattr(tokenizer, "bos_token", None)
     adds_bos = bool(bos) and tokenizer("x")["input_ids"][:1] == [tokenizer.bos_token_id]
-    for task in islice(tasks.load_tasks(path), limit):
+    for task in islice(tasks.load_tasks(path, content), limit):
         try:
             text = templates.render(tokenizer, template, task["messages"], tools=task.get("tools"),
                                     add_generation_prompt=True, kwargs=kwargs)

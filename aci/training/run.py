@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from aci import jobs, templates
+from aci.errors import ACIError
 from aci.training import config as config_mod
 from aci.training import data, hardware
 from aci.training.config import TrainConfig
@@ -106,7 +107,7 @@ def lora_config(cfg: TrainConfig):
 _ENCODED: dict[tuple, tuple] = {}
 
 
-def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
+def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, content: bytes):
     """The TRL trainer for `cfg`, and the speed settings it runs with."""
     model = load_model(cfg, cuda)
     if "token_type_ids" not in inspect.signature(model.forward).parameters:  # e.g. a generic fast tokenizer
@@ -122,7 +123,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
         if key not in _ENCODED:  # a measurement builds its trainer twice (before and after the batch search)
             _ENCODED.clear()
             _ENCODED[key] = data.encode_samples(data_path, tokenizer, template, max_length=cfg.max_length,
-                                                kwargs=cfg.template_kwargs)
+                                                kwargs=cfg.template_kwargs, content=content)
         encoded, stats = _ENCODED[key]
         dataset = data.sft_dataset(encoded, pack_to=cfg.max_length if speed.packing else None)
         print(f"[aci] data: {stats.report()}" + (f", packed into {len(dataset)} rows" if speed.packing else ""),
@@ -143,7 +144,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
     from aci.training.rewards import grader_reward
 
     g = cfg.grpo
-    rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs)
+    rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs, content=content)
     print(f"[aci] prompts: {stats.report()}", flush=True)
     args = make_args(
         GRPOConfig, **common_args(cfg, cuda, speed), num_generations=g.num_generations,
@@ -189,6 +190,11 @@ def find_batch(cfg: TrainConfig, trainer, callback) -> TrainConfig:
 def main(argv: list[str]) -> int:
     cfg = config_mod.load(argv[0])
     jobs.write_progress({"phase": "loading", "step": 0, "job": cfg.job})
+    try:
+        content = data.pinned_content(Path(cfg.data), cfg.data_sha256, cfg.profile)
+    except ACIError as e:
+        print(f"[aci] refused: {e}", flush=True)
+        return 2
     import datasets
     import torch
     import transformers
@@ -211,7 +217,7 @@ def main(argv: list[str]) -> int:
         tokenizer.eos_token = eot
     if cfg.find_batch and cfg.gradient_checkpointing is None:
         cfg = cfg.model_copy(update={"gradient_checkpointing": False})  # the search turns it on if needed
-    trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda)
+    trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
     if cfg.find_batch:
         cfg = find_batch(cfg, trainer, callback)
         if callback.progress["batch"]["searched"]:  # the model loads again, for a trainer built for the split
@@ -219,7 +225,7 @@ def main(argv: list[str]) -> int:
             gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
-            trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda)
+            trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
     callback.progress["speed"] = speed.report()
     set_end_of_turn(trainer.model, tokenizer, eot)
     trainer.train()
