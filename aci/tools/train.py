@@ -109,7 +109,10 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
 
     status [--job ID]: step, total, loss, learning rate, tokens/s, ETA, checkpoints; a failed job's log
     tail. stop --job ID: saves a last checkpoint, then ends the job. dry-run [--measure-steps N]: the
-    checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate)."""
+    checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate); with
+    --measure-steps a job first finds the largest micro-batch that fits (gradient checkpointing only if
+    needed), then measures tokens/s at it; start uses that split and rate. With CUDA, SFT packs samples
+    into rows (each attending only to itself) unless --no-packing."""
     if inp.action == "list":
         jobs.reap(ctx.state)
         return TrainOutput(action="list", jobs=jobs.list_jobs(ctx.state, kind="train"))
