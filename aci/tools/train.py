@@ -99,7 +99,7 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
     grpo: --data holds task records; each completion is rewarded by the task's grader (or --grader).
 
     Refusals name their rule: no-test-data (the data file needs a passing contamination result for its
-    current content under the posttrainbench rules), forbidden-datasets (file name or --source banned),
+    current content under the posttrainbench rules), forbidden-datasets (file name or --sources banned),
     base-model-only (the model must be the base or a checkpoint descending from it), eval-template (the
     template must be the run card's and render the data), final-reserve (at measured or declared
     --tokens-per-s the run must end before the deadline minus the reserve; the refusal suggests a

@@ -70,9 +70,9 @@ def resolve_model(ctx: Context, model: str) -> Source:
     return Source(model, path, bool(entry.get("adapter")) and path != merged)
 
 
-def check_data(ctx: Context, path: Path, source: str | None) -> None:
+def check_data(ctx: Context, path: Path, sources: list[str]) -> None:
     """Banned names first (cheap), then the contamination result pinned to the file's current hash."""
-    for name in filter(None, [source, path.name, str(path)]):
+    for name in filter(None, [*sources, path.name, str(path)]):
         ctx.rules.check_dataset_name(name)
     recorded = manifest.read(ctx.state, path)
     for name in filter(None, [(recorded or {}).get(k) for k in ("source", "dataset")]):

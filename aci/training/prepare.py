@@ -140,7 +140,7 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
         raise ACIError(f"{action} needs --data (a JSONL file of {'SFT samples' if req.method == 'sft' else 'tasks'})")
     data_path = ctx.path(req.data, must_exist=True, what="data")
     req = req.model_copy(update={"data": str(data_path)})
-    gates.check_data(ctx, data_path, req.source)
+    gates.check_data(ctx, data_path, req.sources)
     src = gates.resolve_model(ctx, req.model)
     template_path = gates.resolve_template(ctx, req.template)
     deepspeed = deepspeed_config(req, ctx)
