@@ -19,8 +19,8 @@ from aci import jobs, manifest
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
+from aci.training import chance, gates
 from aci.training import config as config_mod
-from aci.training import gates
 from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
 from aci.training.request import LORA_TARGETS, TrainRequest
 
@@ -176,6 +176,10 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
     if action == "dry-run" and req.measure_steps:
         rate, probe = measure(ctx, cfg, req.measure_steps)
         source = f"measured now by job {probe.id}"
+        report["first_loss"] = probe.progress.get("first_loss")
+        note = chance.advice(report["first_loss"], probe.progress.get("vocab_size"), cfg.learning_rate)
+        if note:
+            warnings.append(note)
     if rate is None:
         rate, source = gates.measured_rate(ctx, cfg.method, cfg.model_path, cfg.lora is not None)
     report["estimate"] = gates.check_deadline(ctx, work, rate, source)
