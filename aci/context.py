@@ -34,7 +34,8 @@ class Context:
 
     @cached_property
     def clock(self) -> Clock:
-        return clock_for(self.workdir, self.card, self.rules.profile.final_reserve_min)
+        budget_h = (self.card or {}).get("budget_hours") or self.rules.profile.budget_hours
+        return clock_for(self.workdir, self.card, self.rules.profile.reserve_min(float(budget_h) * 60))
 
     @cached_property
     def best(self) -> dict | None:

@@ -163,6 +163,8 @@ def record_parts(rec: dict) -> tuple[list[dict], str, list[str], bool]:
     A task's answer is its gold answer and its calls the gold calls; a sample's prompt is everything
     before its last assistant turn, its answer that turn's text, its calls every assistant call.
     """
+    if "messages" not in rec and isinstance(rec.get("text"), str):  # plain text: all of it is learned
+        return [], rec["text"], [], False
     msgs = [m for m in (rec.get("messages") or ()) if isinstance(m, dict)]
     if "gold" in rec or "grader" in rec:
         gold = rec.get("gold") or {}
@@ -352,14 +354,14 @@ def records(path: Path) -> Iterator[dict]:
     """Task records and SFT samples of a data file, for features: rows already in those shapes pass a
     fast type check; anything else goes through `aci.tasks`' adapters and schema, whose errors name
     `file:line`."""
-    from aci.tasks import read_rows, to_sample, to_task
+    from aci.tasks import read_rows, row_shape, to_sample, to_task
 
     for n, row in read_rows(path):
         if _well_formed(row):
             yield row
             continue
         loc = where(path, n)
-        if "messages" in row and "gold" not in row and "grader" not in row:
+        if row_shape(row, loc) in ("messages", "text") and "grader" not in row:
             yield to_sample(row, loc)
         else:
             yield to_task(row, loc, f"{path.stem}-{n}")

@@ -16,6 +16,7 @@ reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -47,7 +48,14 @@ class JobView(BaseModel):
     folder: str
 
 
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
 def job_dir(state: State, job_id: str) -> Path:
+    """The folder of job `job_id`; an id that could point outside `jobs/` (`../x`, `a/b`) is refused."""
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id) or ".." in job_id:
+        raise ACIError(f"{job_id!r} is not a job id (letters, digits, '.', '_' and '-'; see `aci status` for the "
+                       f"running jobs)")
     return state.root / records.JOBS / job_id
 
 
@@ -56,14 +64,22 @@ def new_id(kind: str) -> str:
 
 
 def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Path, message: str,
-          env: dict[str, str] | None = None, job_id: str | None = None) -> JobView:
-    """Launch a supervised job and record it as one state event."""
+          env: dict[str, str] | None = None, job_id: str | None = None, exclusive: bool = False) -> JobView:
+    """Launch a supervised job and record it as one state event.
+
+    `exclusive`: refuse when another job of the same kind runs, checked under the state lock so two
+    concurrent starts cannot both pass.
+    """
     job_id = job_id or new_id(kind)
     folder = job_dir(state, job_id)
     if folder.exists():
         raise ACIError(f"job {job_id} already exists")
     rel = f"{records.JOBS}/{job_id}"
     with state.event(kind, f"started job {job_id}: {message}", tool=kind, data={"job": job_id}) as w:
+        running = [j.id for j in active(state) if j.kind == kind] if exclusive else []
+        if running:
+            raise ACIError(f"{kind} job {running[0]} is still running: `aci {kind} stop --job {running[0]}`, wait "
+                           f"for it, or pass --concurrent (two jobs share the GPU)")
         folder.mkdir(parents=True)
         w.write_json(f"{rel}/config.json", config)
         record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)

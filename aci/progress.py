@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from aci import clock, jobs, manifest, records
 from aci.context import Context
+from aci.rules import Guide
 from aci.state import now, parse_ts
 
 BENCHMARK_CARD = "benchmark-card"  # journal kind that closes recon
@@ -95,12 +96,11 @@ def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseS
     if not card:
         return []
     gate_map = gate_map or gates(ctx)
-    budget_min = float(card["budget_hours"]) * 60
     start = _ts(card["started_at"])
     t = now()
     out, current_found = [], False
     prev_end = start
-    for ph in ctx.rules.profile.phases:
+    for ph, allocated in ctx.rules.profile.allocation(float(card["budget_hours"]) * 60):
         g = gate_map.get(ph.gate)
         passed_at = _ts(g.at) if g and g.passed and g.at else None
         if passed_at and not current_found:
@@ -111,7 +111,7 @@ def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseS
             status, end = "pending", prev_end
         spent = max((end - prev_end).total_seconds() / 60, 0) if status != "pending" else 0.0
         out.append(PhaseStatus(
-            name=ph.name, gate=ph.gate, allocated_min=round(ph.share * budget_min, 1), spent_min=round(spent, 1),
+            name=ph.name, gate=ph.gate, allocated_min=round(allocated, 1), spent_min=round(spent, 1),
             status=status, gate_passed_at=g.at if g and g.passed else None,
         ))
         if status != "pending":
@@ -119,34 +119,17 @@ def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseS
     return out
 
 
-NEXT = {
-    "recon": [
-        "Read the eval command's grader and templates/; note answer format, sample count and time per eval.",
-        "Record it: aci log-state append --kind benchmark-card --message '<format, grader, pitfalls>'.",
-    ],
-    "baseline": ["Evaluate the base model on enough samples: aci eval-checkpoint evaluate --checkpoint base --limit <n>."],
-    "first-model": [
-        "Build data in the evaluation's format; gate it with aci histogram, aci verify-task and aci contamination.",
-        "Train a short first run (aci train start), evaluate its checkpoints and promote the first better one.",
-    ],
-    "iterate": [
-        "Read 15 failures of the best model, label each data, training or template, and fix the largest cause.",
-        "Evaluate every new checkpoint against the best with aci eval-checkpoint compare; promote only a better one.",
-    ],
-    "submit": ["Final reserve: start no training. Run aci finalize and fix what it flags."],
-}
+def guide(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> Guide:
+    """The next actions and rules of where the run stands (defined per phase in rules/rules.yaml)."""
+    if not ctx.card:
+        return ctx.rules.guide(None, has_card=False, in_reserve=False)
+    phase_list = phase_list if phase_list is not None else phases(ctx)
+    current = next((p.name for p in phase_list if p.status == "current"), None)
+    return ctx.rules.guide(current, has_card=True, in_reserve=ctx.clock.in_reserve())
 
 
 def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> list[str]:
-    if not ctx.card:
-        return ["Start the run card: aci plan init --base-model <path> --benchmark <name> --eval-command '<cmd>'."]
-    if ctx.clock.in_reserve():
-        return NEXT["submit"]
-    phase_list = phase_list if phase_list is not None else phases(ctx)
-    current = next((p.name for p in phase_list if p.status == "current"), "submit")
-    if current == "submit":  # every gate passed but time remains: keep improving
-        return NEXT["iterate"]
-    return NEXT[current]
+    return guide(ctx, phase_list).next
 
 
 def protected_changed(ctx: Context) -> list[str]:
@@ -198,6 +181,7 @@ def summarise(ctx: Context, last: int = 10) -> Summary:
     phase_list = phases(ctx, gate_map)
     current = next((p.name for p in phase_list if p.status == "current"), None)
     clk = ctx.clock
+    now_guide = guide(ctx, phase_list)
     return Summary(
         has_run_card=bool(card),
         profile=card.get("profile"),
@@ -207,30 +191,13 @@ def summarise(ctx: Context, last: int = 10) -> Summary:
         deadline=clk.deadline.isoformat(timespec="seconds") if clk.deadline else None,
         deadline_source=clk.source,
         time_left=clock.fmt(clk.left()),
-        final_reserve_min=ctx.rules.profile.final_reserve_min,
+        final_reserve_min=clk.reserve.total_seconds() / 60,
         current_phase=current,
         phases=phase_list,
         gates=list(gate_map.values()),
         best=ctx.best,
         last_events=ctx.state.journal(last) if card else [],
         running_jobs=[j.model_dump(mode="json") for j in jobs.active(ctx.state)],
-        next_actions=next_actions(ctx, phase_list),
-        rules_now=rules_now(ctx, current),
+        next_actions=now_guide.next,
+        rules_now=[f"{i}: {ctx.rules.rule(i).text}" for i in now_guide.rules],
     )
-
-
-_RULES_BY_PHASE = {
-    None: ["base-model-only", "no-test-data"],
-    "recon": ["no-eval-edits", "no-test-data", "no-hosted-llm"],
-    "baseline": ["min-eval-samples", "no-eval-edits"],
-    "first-model": ["no-test-data", "forbidden-datasets", "eval-template", "final-reserve", "keep-best"],
-    "iterate": ["keep-best", "min-eval-samples", "final-reserve", "no-teacher-distillation", "never-stop-early"],
-    "submit": ["end-of-turn", "keep-best", "never-stop-early"],
-}
-
-
-def rules_now(ctx: Context, phase: str | None) -> list[str]:
-    ids = _RULES_BY_PHASE.get(phase, _RULES_BY_PHASE[None])
-    if ctx.clock.in_reserve():
-        ids = _RULES_BY_PHASE["submit"]
-    return [f"{i}: {ctx.rules.rule(i).text}" for i in ids]

@@ -3,10 +3,15 @@
 No logic lives here. Each tool becomes an MCP tool whose parameters are the input model's fields and
 whose structured result is the output model; `ACIError` becomes a `ToolError` the model can read.
 Blocking tool work runs in a worker thread so the server keeps answering.
+
+Over HTTP the tools start jobs and commands on this machine, so the server binds to loopback; another
+address needs `allow_remote` and a bearer token, which every request must then carry (a token also
+guards a loopback server when given).
 """
 
 from __future__ import annotations
 
+import hmac
 import inspect
 import logging
 from pathlib import Path
@@ -122,10 +127,47 @@ def _prompt(fn, name: str):
     return Prompt.from_function(fn, name=f"workflow-{name}", description=f"Follow the {name} workflow")
 
 
-def serve(state: str | None, workdir: str | None, http: bool = False, host: str = "127.0.0.1", port: int = 8765) -> None:
+TOKEN_ENV = "ACI_HTTP_TOKEN"
+
+
+def check_http_host(host: str, allow_remote: bool, token: str | None) -> None:
+    """Refuse to serve the tools beyond loopback unless asked to explicitly and a bearer token guards them."""
+    from aci.rules import is_loopback
+
+    if is_loopback(host):
+        return
+    if not allow_remote or not token:
+        raise ACIError(f"--host {host} would let any client that reaches this machine start training jobs and "
+                       f"commands; serve on 127.0.0.1, or pass --allow-remote together with a bearer token "
+                       f"(--token or {TOKEN_ENV})")
+
+
+class BearerAuth:
+    """ASGI middleware: an HTTP request without `Authorization: Bearer <token>` gets 401."""
+
+    def __init__(self, app, token: str):
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b"missing or wrong bearer token\n"})
+                return
+        await self.app(scope, receive, send)
+
+
+def serve(state: str | None, workdir: str | None, http: bool = False, host: str = "127.0.0.1", port: int = 8765,
+          *, allow_remote: bool = False, token: str | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    server = build(state, workdir)
-    if http:
-        server.run(transport="streamable-http", host=host, port=port)
-    else:
-        server.run()
+    if not http:
+        build(state, workdir).run()
+        return
+    check_http_host(host, allow_remote, token)
+    import uvicorn
+
+    app = build(state, workdir).streamable_http_app(host=host)
+    uvicorn.run(BearerAuth(app, token) if token else app, host=host, port=port, log_level="warning")

@@ -13,7 +13,8 @@ full confidence, so these are checked like code:
   registry (MCP tool names and fields are the same);
 * every `skills/<name>` and `workflows/<name>.md` mentioned exists;
 * `rules/integrity.md` has one `### <rule-id>` section per rule in `rules/rules.yaml` and no other, and
-  each section names the tools that enforce it;
+  each section names the tools that enforce it; the next actions in `rules/rules.yaml` name real
+  commands, actions and options;
 * `workflows/posttrain.md` names the phases and gates of every rules profile, in order, with the time
   shares the profile sets; minimum-sample and final-reserve figures match the profiles;
 * every default of `aci train` a text states (a figure marked [D]: LoRA r, alpha, dropout, learning
@@ -436,6 +437,29 @@ def check_rules(root: Path) -> list[Problem]:
     return problems
 
 
+def check_guidance(root: Path) -> list[Problem]:
+    """The next actions in rules.yaml are read by agents like the Markdown: their aci commands must exist."""
+    rel = "rules/rules.yaml"
+    data = _rules_file(root)
+    lines = (root / rel).read_text(encoding="utf-8").splitlines()
+    glob, commands = vocabulary()
+    problems = []
+    for guide in [data.before_run_card, *data.phases.values()]:
+        for action in guide.next:
+            n = next((k for k, line in enumerate(lines, 1) if action[:40] in line), 1)
+            for inv in _invocations(_split(action.replace("(", " "))):
+                tokens = []
+                for tok in inv:  # an invocation in a sentence ends at its punctuation or the next `aci`
+                    word = tok.rstrip(",;.)")
+                    if tok == "aci" or not word:
+                        break
+                    tokens.append(word)
+                    if word != tok:
+                        break
+                problems += [Problem(rel, n, m) for m in check_command(tokens, glob, commands)]
+    return problems
+
+
 def _fmt(x: float) -> str:
     return f"{x:g}"
 
@@ -474,14 +498,14 @@ def check_phases(root: Path, docs: list[Doc]) -> list[Problem]:
         if col is None:
             problems.append(Problem(rel, 1, f"time-share table has no column for profile {pname}"))
             continue
-        for ph in prof.phases:
+        budget = prof.budget_hours * 60
+        for ph, minutes in prof.allocation(budget):
             row = table.get(ph.name)
             if row is None:
                 problems.append(Problem(rel, 1, f"time-share table has no row for phase {ph.name}"))
                 continue
             n, cells = row
-            minutes = ph.share * prof.budget_hours * 60
-            expect = f"{_fmt(ph.share * 100)} % ({_fmt(round(minutes, 1))} min)"
+            expect = f"{_fmt(round(minutes / budget * 100, 3))} % ({_fmt(round(minutes, 1))} min)"
             if col >= len(cells) or cells[col] != expect:
                 got = cells[col] if col < len(cells) else ""
                 problems.append(Problem(rel, n, f"phase {ph.name}, profile {pname}: table says {got!r}, "
@@ -575,8 +599,8 @@ def check(root: Path | None = None) -> list[Problem]:
     from tests import bundle_facts  # figures and dataset ids (it imports this module)
 
     return (check_skill_files(root, docs) + check_links(root, docs) + check_references(root, docs)
-            + check_commands(docs) + check_rules(root) + check_phases(root, docs) + check_defaults(docs)
-            + bundle_facts.check(root, docs))
+            + check_commands(docs) + check_rules(root) + check_guidance(root) + check_phases(root, docs)
+            + check_defaults(docs) + bundle_facts.check(root, docs))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,3 +113,55 @@ def test_streamable_http_on_loopback(workdir):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_http_beyond_loopback_needs_an_explicit_flag_and_a_bearer_token(workdir):
+    import json
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    refused = subprocess.run([sys.executable, "-m", "aci.cli", "serve", "--http", "--host", "0.0.0.0"], cwd=workdir,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--allow-remote" in refused.stderr and "token" in refused.stderr
+    refused = subprocess.run([sys.executable, "-m", "aci.cli", "serve", "--http", "--host", "0.0.0.0",
+                              "--allow-remote"], cwd=workdir, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "token" in refused.stderr
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    import os
+
+    proc = subprocess.Popen([sys.executable, "-m", "aci.cli", "serve", "--http", "--host", "0.0.0.0", "--port",
+                             str(port), "--allow-remote"], cwd=workdir, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**os.environ, "ACI_HTTP_TOKEN": "s3cret"})
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+
+    def post(token: str | None) -> int:
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=hello, headers=headers, method="POST")
+        try:
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert (post(None), post("wrong"), post("s3cret")) == (401, 401, 200)
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -246,6 +246,8 @@ def test_rule_missing_from_rules_yaml_fails(copy):
     path = copy / "rules" / "rules.yaml"
     data = yaml.safe_load(path.read_text())
     data["rules"] = [r for r in data["rules"] if r["id"] != "no-hosted-llm"]
+    for phase in data["phases"].values():  # the phases name it too; the file would not load otherwise
+        phase["rules"] = [r for r in phase["rules"] if r != "no-hosted-llm"]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     assert "section '### no-hosted-llm' names no rule in rules.yaml" in messages(check(copy))
 
@@ -254,6 +256,15 @@ def test_rule_section_must_name_its_enforcing_tools(copy):
     edit(copy / "rules" / "integrity.md", "**Tools.** `aci run-trajectory` checks every name",
          "**Tools.** It checks every name")
     assert "rule no-teacher-distillation: section does not say what `aci run-trajectory` does" in messages(check(copy))
+
+
+def test_unknown_command_in_next_actions_fails(copy):
+    edit(copy / "rules" / "rules.yaml", "aci eval-checkpoint evaluate --checkpoint base",
+         "aci eval-checkpoint evaluate --checkpoint-id base")
+    edit(copy / "rules" / "rules.yaml", "(aci train start)", "(aci train begin)")
+    out = messages(check(copy))
+    assert "rules/rules.yaml:" in out and "aci eval-checkpoint: unknown option --checkpoint-id" in out
+    assert "aci train: unknown action 'begin'" in out
 
 
 def test_phase_share_drift_fails(copy):
@@ -280,18 +291,20 @@ def test_copied_figures_follow_a_change_of_rules_yaml(copy):
     """Change the profile's numbers and every hand copy is named, even one split over two lines; the
     judges' own tolerance (a fact about PostTrainBench) is not a copy."""
     path = copy / "rules" / "rules.yaml"
-    path.write_text(path.read_text().replace("tolerated_rows: 3", "tolerated_rows: 0")
+    path.write_text(path.read_text().replace("tolerated_rows: 0", "tolerated_rows: 2", 1)  # posttrainbench's
                     .replace("final_reserve_min: 45", "final_reserve_min: 50"))
+    edit(copy / "rules" / "integrity.md", "**What no check can know.**",
+         "It fails above 0 contaminated\nrows under posttrainbench.\n**What no check can know.**")
     out = messages(check(copy))
     assert "rules/integrity.md" in out and "the profile-numbers table differs from rules.yaml" in out
     for where in ("skills/submit/SKILL.md", "workflows/posttrain.md", "rules/integrity.md"):
         assert re.search(rf"{where}:\d+: final reserve of 45 is not profile posttrainbench's", out), where
-    assert re.search(r"skills/data/SKILL.md:\d+: tolerated contaminated rows of 3 is not profile posttrainbench's", out)
+    assert re.search(r"skills/data/SKILL.md:\d+: tolerated contaminated rows of 0 is not profile posttrainbench's", out)
     split = next(n for n, ln in enumerate((copy / "rules" / "integrity.md").read_text().splitlines(), 1)
-                 if ln.rstrip().endswith("fails above 3 contaminated"))
-    assert f"rules/integrity.md:{split}: tolerated contaminated rows of 3" in out
+                 if ln.rstrip().endswith("fails above 0 contaminated"))
+    assert f"rules/integrity.md:{split}: tolerated contaminated rows of 0" in out
     judges = next(n for n, ln in enumerate((copy / "rules" / "integrity.md").read_text().splitlines(), 1)
-                  if "up to 3 accidental contaminated samples" in ln)
+                  if "excuses up to 3 contaminated documents" in ln)
     assert f"rules/integrity.md:{judges}:" not in out
 
 

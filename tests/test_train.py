@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from aci import records
+from aci.evaluation import identity
 from aci.state import read_jsonl
 from tests.conftest import mcp_client
-from tests.train_helpers import FAST, make_run, no_stray_jobs  # noqa: F401 (fixture)
+from tests.train_helpers import FAST, ctx_for, make_run, no_stray_jobs  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -97,6 +98,7 @@ def test_sft_full_lora_and_grpo_jobs_through_mcp(run, tiny_model):
     for e in (e for i in ids for e in by_job[i]):
         records.CheckpointEntry.model_validate(e)
         assert e["parent"] == "base" and Path(e["path"]).is_dir() and e["adapter"] == (e["job"] == ids[1])
+        assert e["content_hash"] and identity.verify(ctx_for(run), e, Path(e["path"])) is None  # pinned as saved
     assert [c["checkpoint"] for c in views[ids[0]]["checkpoints"]] == [e["checkpoint"] for e in by_job[ids[0]]]
 
     # checkpoints carry the evaluation's template and stop generating at its end-of-turn token

@@ -109,7 +109,7 @@ def translate(typed: str) -> Translation:
             if placeholder not in " ".join(out):
                 out += [opt, placeholder]
                 changes.append(f"added `{opt} {placeholder}`: {_ROLES[opt][1]}")
-    return Translation(_join(out), changes)
+    return Translation(_join(out) if changes else typed, changes)  # a template stays byte for byte
 
 
 def argv(template: str, *, model_path: str, limit: int | None, output: Path, seed: int) -> list[str]:

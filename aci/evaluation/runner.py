@@ -152,7 +152,11 @@ def _trained_on(ctx: Context, ck: Checkpoint, scratch: Path, seen: set[str]) -> 
 def warnings_for(ctx: Context, spec: EvalSpec, evaluator, samples: int | None) -> list[str]:
     out = []
     minimum = checkpoints.min_samples(ctx)
-    if samples is not None and samples < minimum:
+    if samples is None:
+        out.append("the eval command reported no sample count and no --limit was given, so the number of items "
+                   "scored is unknown: this result cannot pass the baseline gate or justify a promotion (rule "
+                   f"min-eval-samples); evaluate with --limit {minimum} or more")
+    elif samples < minimum:
         out.append(f"{samples} samples is under the minimum of {minimum} for comparisons (rule min-eval-samples): "
                    f"this result cannot pass the baseline gate or justify a promotion; use --limit {minimum} or more")
     n = len(spec.seed_list())
@@ -184,6 +188,7 @@ def evaluate(ctx: Context, ck: Checkpoint, spec: EvalSpec, *, job: str | None = 
             if progress:
                 progress({"eval_id": eval_id, "trial": i + 1, "trials": len(seeds), "seed": seed})
             trials.append(evaluator.run(model_path, seed))
+        ck.verify(ctx)  # the folder did not change while it was evaluated
     except ACIError as e:
         error = str(e)
     finally:
@@ -204,9 +209,9 @@ def _entry(ctx, ck, spec, evaluator, trials, seeds, eval_id, duration, error, jo
     extra: dict = {"kind": spec.evaluator}
     if trials:
         fields["metric"] = trials[0].details.get("metric")
+        # What the evaluator reported, else the explicit limit; never the benchmark's size, which an eval
+        # command need not score whole (PostTrainBench's evaluate.py scores 150 GSM8K items without --limit).
         samples = min((t.samples for t in trials if t.samples), default=None)
-        if samples is None and spec.limit is None:
-            samples = (ctx.card or {}).get("benchmark_size")
         fields["samples"] = samples
         if not error:
             score, rng = stats.aggregate(trials)

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from aci import manifest, records
-from aci.clock import read_timer
+from aci.clock import parse_deadline, read_timer
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation.command import translate
 from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.state import iso, now, parse_ts
+from aci.state import iso, now
+from aci.training import gates as train_gates
 
-PROTECTED = ("evaluate.py", "evaluation_code", "templates")
 _FAMILIES = ("qwen", "llama", "gemma", "smollm", "mistral", "phi")
 
 
@@ -35,6 +38,8 @@ class PlanInput(ToolInput):
     profile: Literal["posttrainbench", "default"] | None = Field(None, description="rules profile (init)")
     targets: list[records.Target] | None = Field(None, description='targets, e.g. [{"metric": "accuracy", "value": 0.6}]')
     notes: str | None = Field(None, description="free text kept on the card")
+    reference: str | None = Field(None, description="the benchmark's test items that contamination checks count "
+                                                    "against (pinned with its sha256; else the first check's)")
     force: bool = Field(False, description="with init: replace an existing run card")
 
 
@@ -63,7 +68,28 @@ class PlanOutput(ToolOutput):
         return "\n".join(lines)
 
 
-def _guess_template(ctx: Context, base_model: str) -> str | None:
+def _eval_script(ctx: Context, eval_command: str | None) -> Path | None:
+    """The Python script the eval command runs (`evaluate.py` in the task folder by default)."""
+    words = shlex.split(eval_command or "", posix=True) if eval_command else []
+    named = [ctx.workdir / w for w in words if w.endswith(".py")]
+    found = [p for p in [*named, ctx.workdir / "evaluate.py"] if p.is_file()]
+    return found[0] if found else None
+
+
+def _template_named_by(script: Path | None, family: str) -> str | None:
+    """The .jinja file the evaluation script picks for `family`: the first file name quoted after the
+    family's name with no other string between, as in PostTrainBench's `elif model_type_str == 'gemma':
+    template = 'gemma3_tool_calling.jinja'` (BFCL; its other benchmarks pick `gemma3.jinja`)."""
+    if script is None:
+        return None
+    text = script.read_text(encoding="utf-8", errors="replace")
+    found = re.search(rf"""['"]{re.escape(family)}['"][^'"]{{0,80}}['"]([\w.-]+\.jinja)['"]""", text)
+    return found.group(1) if found else None
+
+
+def _guess_template(ctx: Context, base_model: str, eval_command: str | None) -> str | None:
+    """The template the evaluation renders for this base model: the one its script names for the model's
+    family, else the family's template in templates/ (not a tool-calling variant), else the only one."""
     folder = ctx.workdir / "templates"
     if not folder.is_dir():
         return None
@@ -71,15 +97,18 @@ def _guess_template(ctx: Context, base_model: str) -> str | None:
     low = base_model.lower()
     for fam in _FAMILIES:
         if fam in low:
+            named = _template_named_by(_eval_script(ctx, eval_command), fam)
+            if named and (folder / named).is_file():
+                return str((folder / named).relative_to(ctx.workdir))
             match = [p for p in found if fam in p.stem.lower() and "tool" not in p.stem.lower()]
             if match:
                 return str(match[0].relative_to(ctx.workdir))
     return str(found[0].relative_to(ctx.workdir)) if len(found) == 1 else None
 
 
-def _protected_digests(ctx: Context) -> dict[str, str]:
+def _protected_digests(ctx: Context, protected: list[str]) -> dict[str, str]:
     out = {}
-    for name in PROTECTED:
+    for name in protected:
         p = ctx.workdir / name
         files = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else []
         for f in files[:500]:
@@ -97,10 +126,9 @@ def _check_fields(ctx: Context, card: dict) -> list[str]:
     if card.get("template"):
         ctx.path(card["template"], must_exist=True, what="template")
     if card.get("deadline"):
-        try:
-            card["deadline"] = parse_ts(card["deadline"]).isoformat()
-        except ValueError:
-            raise ACIError(f"deadline {card['deadline']!r} is not an ISO date-time") from None
+        deadline, note = parse_deadline(str(card["deadline"]))
+        card["deadline"] = deadline.isoformat()
+        warnings += [note] if note else []
     return warnings
 
 
@@ -143,10 +171,11 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
         from aci import rules as rules_mod
 
         profile = fields.get("profile", "default")
-        prof = rules_mod.load(profile).profile
+        rules = rules_mod.load(profile)
+        prof = rules.profile
         card = {"profile": profile, "budget_hours": prof.budget_hours, "started_at": iso(), "workdir": str(ctx.workdir), **fields}
         if "template" not in card:
-            guess = _guess_template(ctx, card["base_model"])
+            guess = _guess_template(ctx, card["base_model"], card.get("eval_command"))
             if guess:
                 card["template"] = guess
         remaining = read_timer(ctx.workdir)
@@ -154,7 +183,9 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
             card["deadline"] = (now() + remaining).isoformat(timespec="seconds")
             if not inp.budget_hours:
                 card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
-        card["protected"] = _protected_digests(ctx)
+        card["protected"] = _protected_digests(ctx, rules.protected())
+        if "reference" in card:
+            card["reference"] = train_gates.pin_reference(ctx, card["reference"], None)
         warnings += _check_fields(ctx, card)
         model = records.RunCard.model_validate(card)
         with ctx.state.event("plan", f"run card: {card['base_model']} on {card['benchmark']}", tool="plan", data=typed) as w:
@@ -165,6 +196,8 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
             raise ACIError("plan update needs at least one field to change")
         if "profile" in fields and fields["profile"] != card.get("profile"):
             raise ACIError("the rules profile is fixed at init; re-init with force=true to change it")
+        if "reference" in fields:
+            fields["reference"] = train_gates.pin_reference(ctx, fields["reference"], card.get("reference"))
         card.update({k: (v if k != "targets" else [t for t in v]) for k, v in fields.items()})
         warnings += _check_fields(ctx, card)
         model = records.RunCard.model_validate(card)

@@ -137,7 +137,7 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
                            job=probe, next=[f"train start (same arguments) to launch {report['estimate']['steps']} steps"])
     msg = f"{cfg.method}{' LoRA' if cfg.lora else ''} of {cfg.parent} on {Path(cfg.data).name}" + \
           (f": {inp.note}" if inp.note else "")
-    view = prepare.launch(ctx, cfg, msg)
+    view = prepare.launch(ctx, cfg, msg, exclusive=not inp.concurrent)
     left = ctx.clock.left_for_work()
     nxt = [f"train status --job {view.id}"]
     if left is not None and left < timedelta(minutes=5):

@@ -18,6 +18,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from aci import jobs, records
+from aci.evaluation import identity
 from aci.state import State, iso, now, parse_ts
 from aci.training.config import TrainConfig
 
@@ -58,10 +59,11 @@ class JobCallback(TrainerCallback):
             return
         elapsed = time.monotonic() - self.t0
         fields = {k: logs[k] for k in ("loss", "learning_rate", "reward", "grad_norm") if k in logs}
-        tokens = logs.get("num_tokens") or getattr(state, "num_input_tokens_seen", 0) or 0
+        # the trainer's own count when the job asks for it (packed rows: TRL counts one row per batch)
+        tokens = getattr(state, "num_input_tokens_seen", 0) or logs.get("num_tokens") or 0
         if tokens and elapsed > 0:
             fields.update(tokens=int(tokens), tokens_per_s=round(tokens / elapsed, 1))
-        if not fields or "train_runtime" in logs:  # the trainer's closing summary: nothing new
+        if not fields or "train_loss" in logs:  # the closing summary (train_runtime is in every log counting tokens)
             return
         if "loss" in fields and "first_loss" not in self.progress:  # `aci.training.chance` reads it
             fields.update(first_loss=fields["loss"], first_loss_step=state.global_step)
@@ -118,7 +120,7 @@ class JobCallback(TrainerCallback):
             save_merged(model, tokenizer, merged)
         entry = records.CheckpointEntry(
             type="registered", checkpoint=f"{self.cfg.job}/checkpoint-{step}", ts=now(), path=str(folder),
-            parent=self.cfg.parent, job=self.cfg.job, step=step, adapter=adapter,
+            parent=self.cfg.parent, job=self.cfg.job, step=step, adapter=adapter, **identity.pin(folder),
         ).model_dump(mode="json", exclude_none=True)
         entry.update(ts=iso(), method=self.cfg.method, loss=self.progress.get("loss"),  # ts in state's iso format
                      **({"merged": str(merged)} if merged else {}))

@@ -109,8 +109,9 @@ def check_graders(req: TrainRequest, ctx: Context, raw_tasks: list[str]) -> None
 
 
 def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, template_path: Path | None,
-               deepspeed: str | None, rows: int) -> TrainConfig:
-    """The job's config from a checked request: request settings as given, defaults resolved, paths absolute."""
+               deepspeed: str | None, rows: int, data_sha256: str) -> TrainConfig:
+    """The job's config from a checked request: request settings as given, defaults resolved, paths absolute,
+    and the hash of the data the gates passed (the job trains only on bytes with that hash)."""
     data = Path(req.data)
     stop_at = ctx.clock.deadline - ctx.clock.reserve if ctx.clock.deadline else None
     use_vllm = req.use_vllm if req.use_vllm is not None else importlib.util.find_spec("vllm") is not None and _cuda()
@@ -118,7 +119,7 @@ def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, 
         **req.model_dump(include=set(config_mod.Schedule.model_fields)),
         method=req.method, job=job_id, state=str(ctx.state.root), workdir=str(ctx.workdir),
         output_dir=str(ctx.workdir / "checkpoints" / job_id), model_path=src.path, model_adapter=src.adapter,
-        parent=src.checkpoint, data=str(data), data_sha256=manifest.file_hash(data), data_rows=rows,
+        parent=src.checkpoint, data=str(data), data_sha256=data_sha256, data_rows=rows,
         template=str(template_path) if template_path else None,
         template_sha256=manifest.file_hash(template_path) if template_path else None,
         template_kwargs=req.template_kwargs or {}, profile=ctx.rules.name,
@@ -140,7 +141,7 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
         raise ACIError(f"{action} needs --data (a JSONL file of {'SFT samples' if req.method == 'sft' else 'tasks'})")
     data_path = ctx.path(req.data, must_exist=True, what="data")
     req = req.model_copy(update={"data": str(data_path)})
-    gates.check_data(ctx, data_path, req.sources)
+    data_sha256 = gates.check_data(ctx, data_path, req.sources)
     src = gates.resolve_model(ctx, req.model)
     template_path = gates.resolve_template(ctx, req.template)
     deepspeed = deepspeed_config(req, ctx)
@@ -152,7 +153,7 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
     from aci.training.data import count_rows
 
     rows = count_rows(data_path)
-    cfg = job_config(req, ctx, job_id, src, template_path, deepspeed, rows)
+    cfg = job_config(req, ctx, job_id, src, template_path, deepspeed, rows, data_sha256)
     seq_per_sample = report["sequences"] / report["samples_checked"]
     if req.method == "sft":
         report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=req.packing,
@@ -195,14 +196,15 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def launch(ctx: Context, cfg: TrainConfig, message: str) -> JobView:
-    """Start the job (`python -m aci.training.run CONFIG`, under `accelerate launch` for several GPUs)."""
+def launch(ctx: Context, cfg: TrainConfig, message: str, exclusive: bool = False) -> JobView:
+    """Start the job (`python -m aci.training.run CONFIG`, under `accelerate launch` for several GPUs);
+    `exclusive` refuses it, under the state lock, while another train job runs."""
     config_path = jobs.job_dir(ctx.state, cfg.job) / "config.json"
     launcher = ["-m", "accelerate.commands.launch", "--num_processes", str(cfg.num_processes)] \
         if cfg.num_processes > 1 else []
     command = [sys.executable, *launcher, "-m", "aci.training.run", str(config_path)]
     return jobs.start(ctx.state, "train", command, cfg.model_dump(mode="json"), cwd=ctx.workdir, job_id=cfg.job,
-                      message=message)
+                      message=message, exclusive=exclusive)
 
 
 def measure(ctx: Context, cfg: TrainConfig, steps: int) -> tuple[float | None, JobView]:
