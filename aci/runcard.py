@@ -7,12 +7,17 @@ write it as one event.
 
 from __future__ import annotations
 
+import re
+import shlex
+from pathlib import Path
+
 from aci import manifest, records
 from aci import rules as rules_mod
-from aci.clock import read_timer
+from aci.clock import parse_deadline, read_timer
 from aci.context import Context
 from aci.errors import ACIError
-from aci.state import iso, now, parse_ts
+from aci.state import iso, now
+from aci.training import gates as train_gates
 
 FAMILIES = ("qwen", "llama", "gemma", "smollm", "mistral", "phi")
 
@@ -27,7 +32,7 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
     card = {"profile": profile, "budget_hours": rules.profile.budget_hours, "started_at": iso(),
             "workdir": str(ctx.workdir), **fields}
     if "template" not in card:
-        guess = guess_template(ctx, card["base_model"])
+        guess = guess_template(ctx, card["base_model"], card.get("eval_command"))
         if guess:
             card["template"] = guess
     remaining = read_timer(ctx.workdir)
@@ -36,6 +41,8 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
         if "budget_hours" not in fields:
             card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
     card["protected"] = protected_digests(ctx, rules.protected())
+    if "reference" in card:
+        card["reference"] = train_gates.pin_reference(ctx, card["reference"], None)
     warnings = check_fields(ctx, card)
     _write(ctx, card, f"run card: {card['base_model']} on {card['benchmark']}", event_data)
     return warnings
@@ -48,6 +55,8 @@ def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:
         raise ACIError("plan update needs at least one field to change")
     if "profile" in fields and fields["profile"] != card.get("profile"):
         raise ACIError("the rules profile is fixed at init; re-init with force=true to change it")
+    if "reference" in fields:
+        fields["reference"] = train_gates.pin_reference(ctx, fields["reference"], card.get("reference"))
     card.update(fields)
     warnings = check_fields(ctx, card)
     _write(ctx, card, f"run card updated: {', '.join(sorted(fields))}", event_data)
@@ -60,8 +69,28 @@ def _write(ctx: Context, card: dict, message: str, event_data: dict) -> None:
         w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
 
 
-def guess_template(ctx: Context, base_model: str) -> str | None:
-    """The evaluation's template for this model family in `templates/`, or the only one there."""
+def _eval_script(ctx: Context, eval_command: str | None) -> Path | None:
+    """The Python script the eval command runs (`evaluate.py` in the task folder by default)."""
+    words = shlex.split(eval_command or "", posix=True) if eval_command else []
+    named = [ctx.workdir / w for w in words if w.endswith(".py")]
+    found = [p for p in [*named, ctx.workdir / "evaluate.py"] if p.is_file()]
+    return found[0] if found else None
+
+
+def _template_named_by(script: Path | None, family: str) -> str | None:
+    """The .jinja file the evaluation script picks for `family`: the first file name quoted after the
+    family's name with no other string between, as in PostTrainBench's `elif model_type_str == 'gemma':
+    template = 'gemma3_tool_calling.jinja'` (BFCL; its other benchmarks pick `gemma3.jinja`)."""
+    if script is None:
+        return None
+    text = script.read_text(encoding="utf-8", errors="replace")
+    found = re.search(rf"""['"]{re.escape(family)}['"][^'"]{{0,80}}['"]([\w.-]+\.jinja)['"]""", text)
+    return found.group(1) if found else None
+
+
+def guess_template(ctx: Context, base_model: str, eval_command: str | None) -> str | None:
+    """The template the evaluation renders for this base model: the one its script names for the model's
+    family, else the family's template in templates/ (not a tool-calling variant), else the only one."""
     folder = ctx.workdir / "templates"
     if not folder.is_dir():
         return None
@@ -69,6 +98,9 @@ def guess_template(ctx: Context, base_model: str) -> str | None:
     low = base_model.lower()
     for fam in FAMILIES:
         if fam in low:
+            named = _template_named_by(_eval_script(ctx, eval_command), fam)
+            if named and (folder / named).is_file():
+                return str((folder / named).relative_to(ctx.workdir))
             match = [p for p in found if fam in p.stem.lower() and "tool" not in p.stem.lower()]
             if match:
                 return str(match[0].relative_to(ctx.workdir))
@@ -97,10 +129,9 @@ def check_fields(ctx: Context, card: dict) -> list[str]:
     if card.get("template"):
         ctx.path(card["template"], must_exist=True, what="template")
     if card.get("deadline"):
-        try:
-            card["deadline"] = parse_ts(card["deadline"]).isoformat()
-        except ValueError:
-            raise ACIError(f"deadline {card['deadline']!r} is not an ISO date-time") from None
+        deadline, note = parse_deadline(str(card["deadline"]))
+        card["deadline"] = deadline.isoformat()
+        warnings += [note] if note else []
     return warnings
 
 

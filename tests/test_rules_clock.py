@@ -175,6 +175,32 @@ def test_stop_guard_releases_in_final_reserve(workdir):
     assert stop_decision(Context(workdir=workdir)) is None
 
 
+# The shape of PostTrainBench's template choice in evaluate.py: BFCL names the tool-calling Gemma template.
+_PICK = """def template_for(kind):
+    if kind == 'qwen':
+        name = 'qwen3.jinja'
+    elif kind == 'gemma':
+        name = '{gemma}'
+    return name
+"""
+
+
+@pytest.mark.parametrize("gemma", ["gemma3.jinja", "gemma3_tool_calling.jinja"])
+def test_plan_takes_the_template_the_evaluation_script_names(workdir, gemma):
+    (workdir / "evaluate.py").write_text(_PICK.format(gemma=gemma))
+    (workdir / "templates").mkdir()
+    for name in ("qwen3.jinja", "gemma3.jinja", "gemma3_tool_calling.jinja"):
+        (workdir / "templates" / name).write_text("{{ messages }}")
+    assert _init(workdir, base_model="google/gemma-3-4b-pt").card["template"] == f"templates/{gemma}"
+
+
+def test_plan_falls_back_to_the_family_template_without_a_script(workdir):
+    (workdir / "templates").mkdir()
+    for name in ("gemma3.jinja", "gemma3_tool_calling.jinja"):
+        (workdir / "templates" / name).write_text("{{ messages }}")
+    assert _init(workdir, base_model="google/gemma-3-4b-pt").card["template"] == "templates/gemma3.jinja"
+
+
 def test_plan_records_eval_file_hashes_and_flags_edits(workdir):
     (workdir / "evaluate.py").write_text("print('eval')\n")
     (workdir / "templates").mkdir()
@@ -187,3 +213,25 @@ def test_plan_records_eval_file_hashes_and_flags_edits(workdir):
 
     status = registry.call("status", {}, Context(workdir=workdir))
     assert any("no-eval-edits" in r for r in status.run.reminders)
+
+
+def test_a_deadline_without_time_zone_is_local_time_and_said_so(workdir):
+    """Through the MCP server running in UTC+05:30: 18:00 typed there means 18:00+05:30, not 18:00 UTC."""
+    import asyncio
+
+    from tests.conftest import mcp_client
+
+    async def go():
+        async with mcp_client(workdir, env={"TZ": "Asia/Kolkata"}) as c:
+            r = await c.call_tool("plan", {"action": "init", "base_model": "base", "benchmark": "toy",
+                                           "deadline": "2031-01-01T18:00:00"})
+            assert not r.is_error, r.content
+            return r.structured_content
+
+    out = asyncio.run(go())
+    assert out["card"]["deadline"] == "2031-01-01T18:00:00+05:30"
+    assert any("no time zone" in w and "local time" in w for w in out["warnings"])
+    aware = _init(workdir, force=True, deadline="2031-01-01T18:00:00Z")
+    assert aware.card["deadline"] in ("2031-01-01T18:00:00Z", "2031-01-01T18:00:00+00:00") and not aware.warnings
+    with pytest.raises(ACIError, match="not an ISO date-time"):
+        _init(workdir, force=True, deadline="tomorrow at six")

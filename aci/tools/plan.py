@@ -29,6 +29,8 @@ class PlanInput(ToolInput):
     profile: Literal["posttrainbench", "default"] | None = Field(None, description="rules profile (init)")
     targets: list[records.Target] | None = Field(None, description='targets, e.g. [{"metric": "accuracy", "value": 0.6}]')
     notes: str | None = Field(None, description="free text kept on the card")
+    reference: str | None = Field(None, description="the benchmark's test items that contamination checks count "
+                                                    "against (pinned with its sha256; else the first check's)")
     force: bool = Field(False, description="with init: replace an existing run card")
 
 
