@@ -73,6 +73,23 @@ class Clock:
         return work is None or duration <= work
 
 
+def parse_deadline(text: str) -> tuple[datetime, str | None]:
+    """A `--deadline` as an aware time, and a note when it had no time zone.
+
+    A naive time is read as this machine's local time (what a person typing "18:00" means), never as
+    UTC; the note says which offset was applied so a wrong guess is visible at once.
+    """
+    try:
+        t = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        raise ACIError(f"deadline {text!r} is not an ISO date-time (e.g. 2026-05-01T18:00:00+02:00)") from None
+    if t.tzinfo is not None:
+        return t, None
+    local = t.astimezone()
+    return local, (f"deadline {text!r} has no time zone: read as this machine's local time, "
+                   f"{local.isoformat(timespec='seconds')}; add an offset (+02:00) or Z to say otherwise")
+
+
 def clock_for(workdir: Path, card: dict | None, reserve_min: float) -> Clock:
     reserve = timedelta(minutes=reserve_min)
     remaining = read_timer(workdir)

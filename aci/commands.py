@@ -12,31 +12,38 @@ import click
 @click.option("--http", is_flag=True, help="serve streamable HTTP instead of stdio")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address (loopback unless given)")
 @click.option("--port", default=8765, show_default=True, type=int, help="HTTP port")
+@click.option("--allow-remote", is_flag=True, help="HTTP: allow a non-loopback --host (needs --token)")
+@click.option("--token", envvar="ACI_HTTP_TOKEN", default=None,
+              help="HTTP: bearer token every request must carry (or ACI_HTTP_TOKEN)")
 @click.pass_context
-def serve(cctx: click.Context, http: bool, host: str, port: int) -> None:
-    """Serve the tools over MCP (stdio by default)."""
+def serve(cctx: click.Context, http: bool, host: str, port: int, allow_remote: bool, token: str | None) -> None:
+    """Serve the tools over MCP (stdio by default; HTTP on loopback unless --allow-remote with a token)."""
     from aci.server import serve as run
 
     obj = cctx.find_root().obj
-    run(obj["state"], obj["workdir"], http=http, host=host, port=port)
+    run(obj["state"], obj["workdir"], http=http, host=host, port=port, allow_remote=allow_remote, token=token)
 
 
 @click.command()
 @click.argument("agent", type=click.Choice(["claude-code", "codex", "opencode"]))
 @click.option("--workdir", "target", default=".", help="the agent's working directory")
-@click.option("--global", "global_", is_flag=True, help="codex: write ~/.codex/config.toml instead of the workdir's")
+@click.option("--global", "global_", is_flag=True, help="codex: write ~/.codex/ (config.toml, skills/) instead of the workdir's")
+@click.option("--remove", is_flag=True, help="take out everything install wrote for AGENT (user entries stay)")
 @click.pass_context
-def install(cctx: click.Context, agent: str, target: str, global_: bool) -> None:
+def install(cctx: click.Context, agent: str, target: str, global_: bool, remove: bool) -> None:
     """Install skills, the MCP registration and a pointer file for AGENT in the working directory."""
-    from aci.install import install as run
+    from aci import install as inst
 
     obj = cctx.find_root().obj
-    written = run(agent, target, global_config=global_, state=obj["state"])
-    if obj["json"]:
-        click.echo(json.dumps([str(p) for p in written], indent=2))
+    if remove:
+        paths, verb = inst.remove(agent, target, global_config=global_), "removed posttrain-aci from"
     else:
-        for p in written:
-            click.echo(f"wrote {p}")
+        paths, verb = inst.install(agent, target, global_config=global_, state=obj["state"]), "wrote"
+    if obj["json"]:
+        click.echo(json.dumps([str(p) for p in paths], indent=2))
+    else:
+        for p in paths:
+            click.echo(f"{verb} {p}")
 
 
 @click.group()

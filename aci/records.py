@@ -76,6 +76,11 @@ class CheckpointEntry(Record):
     job: str | None = None
     step: int | None = None
     adapter: bool = Field(False, description="a LoRA adapter (needs merging before it can be final_model)")
+    content_hash: str | None = Field(None, description="registered: the folder's content hash at registration "
+                                     "(aci.evaluation.identity); evaluation, training and promotion refuse it once "
+                                     "it differs")
+    files: dict[str, str] | None = Field(None, description="registered: each file's size and digest prefix, "
+                                         "'<bytes>:<hex>', to name what changed")
     evaluator: str | None = None
     limit: int | None = None
     samples: int | None = None

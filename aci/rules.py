@@ -169,12 +169,12 @@ class Rules:
     def check_host(self, host: str, *, judge: bool = False) -> None:
         """Refuse an endpoint host the profile does not allow (loopback only under posttrainbench)."""
         allowed = self.profile.judge_hosts if judge else self.profile.rollout_hosts
-        if "*" in allowed or host in allowed or _is_loopback(host) and any(_is_loopback(a) for a in allowed):
+        if "*" in allowed or host in allowed or is_loopback(host) and any(is_loopback(a) for a in allowed):
             return
         raise self.refuse("no-hosted-llm", f"endpoint host {host!r} is not allowed (allowed: {', '.join(allowed)})")
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:

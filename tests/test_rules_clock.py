@@ -212,3 +212,25 @@ def test_plan_records_eval_file_hashes_and_flags_edits(workdir):
 
     status = registry.call("status", {}, Context(workdir=workdir))
     assert any("no-eval-edits" in r for r in status.run.reminders)
+
+
+def test_a_deadline_without_time_zone_is_local_time_and_said_so(workdir):
+    """Through the MCP server running in UTC+05:30: 18:00 typed there means 18:00+05:30, not 18:00 UTC."""
+    import asyncio
+
+    from tests.conftest import mcp_client
+
+    async def go():
+        async with mcp_client(workdir, env={"TZ": "Asia/Kolkata"}) as c:
+            r = await c.call_tool("plan", {"action": "init", "base_model": "base", "benchmark": "toy",
+                                           "deadline": "2031-01-01T18:00:00"})
+            assert not r.is_error, r.content
+            return r.structured_content
+
+    out = asyncio.run(go())
+    assert out["card"]["deadline"] == "2031-01-01T18:00:00+05:30"
+    assert any("no time zone" in w and "local time" in w for w in out["warnings"])
+    aware = _init(workdir, force=True, deadline="2031-01-01T18:00:00Z")
+    assert aware.card["deadline"] in ("2031-01-01T18:00:00Z", "2031-01-01T18:00:00+00:00") and not aware.warnings
+    with pytest.raises(ACIError, match="not an ISO date-time"):
+        _init(workdir, force=True, deadline="tomorrow at six")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -207,3 +208,14 @@ def test_every_row_shape_trains_as_the_other_tools_read_it(run, tiny_model):
                      lambda: training_data.encode_samples(run / "blank.jsonl", tokenizer, None, max_length=64)):
         with pytest.raises(ACIError, match=r"blank\.jsonl:2: field text: expected non-empty text"):
             refusing()
+
+
+@pytest.mark.parametrize("first_loss,vocab,flagged", [(11.8, 151_936, True), (2.1, 151_936, False),
+                                                      (5.4, 256, True), (None, 256, False), (3.0, None, False)])
+def test_a_first_loss_at_chance_is_named_with_what_it_means(first_loss, vocab, flagged):
+    from aci.training import chance
+
+    note = chance.advice(first_loss, vocab, 2e-5)
+    assert (note is not None) == flagged
+    if flagged:
+        assert f"ln {vocab:,} = {math.log(vocab):.2f}" in note and "2e-05" in note and "tokenizer and template" in note

@@ -10,13 +10,13 @@ from typing import Literal
 from pydantic import Field
 
 from aci import manifest, records
-from aci.clock import read_timer
+from aci.clock import parse_deadline, read_timer
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation.command import translate
 from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.state import iso, now, parse_ts
+from aci.state import iso, now
 from aci.training import gates as train_gates
 
 _FAMILIES = ("qwen", "llama", "gemma", "smollm", "mistral", "phi")
@@ -126,10 +126,9 @@ def _check_fields(ctx: Context, card: dict) -> list[str]:
     if card.get("template"):
         ctx.path(card["template"], must_exist=True, what="template")
     if card.get("deadline"):
-        try:
-            card["deadline"] = parse_ts(card["deadline"]).isoformat()
-        except ValueError:
-            raise ACIError(f"deadline {card['deadline']!r} is not an ISO date-time") from None
+        deadline, note = parse_deadline(str(card["deadline"]))
+        card["deadline"] = deadline.isoformat()
+        warnings += [note] if note else []
     return warnings
 
 

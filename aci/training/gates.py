@@ -1,7 +1,7 @@
 """The checks a training run must pass before it is launched; each refusal names the rule it enforces.
 
 * `base-model-only`: the model is the run card's base model or a registered checkpoint whose `parent`
-  chain ends at `base`;
+  chain ends at `base` and whose folder still has the content it was registered with;
 * `forbidden-datasets`: neither the data file nor its declared source is on the profile's banned list;
 * `no-test-data`: under a profile that requires it, the data file has a passing contamination result in
   state *for its current content* (the manifest is pinned to the hash of the bytes scanned), in mode
@@ -23,6 +23,7 @@ from pathlib import Path
 from aci import clock, jobs, manifest, records
 from aci.context import Context
 from aci.errors import ACIError
+from aci.evaluation import identity
 
 STARTUP_S = 60.0  # loading the model and data before the first step
 
@@ -69,13 +70,14 @@ def resolve_model(ctx: Context, model: str) -> Source:
     path = merged if merged and Path(merged).is_dir() else entry.get("path")
     if not path or not Path(path).exists():
         raise ACIError(f"checkpoint {model!r} is registered but its folder {path} is gone")
+    identity.verify(ctx, entry, (ctx.workdir / entry["path"]).resolve())
     return Source(model, path, bool(entry.get("adapter")) and path != merged)
 
 
-def check_data(ctx: Context, path: Path, source: str | None) -> str:
+def check_data(ctx: Context, path: Path, sources: list[str]) -> str:
     """Banned names first (the file's name and declared sources, not the folders above it), then the
     contamination result for the file's current bytes. Returns the sha256 the job must train on."""
-    for name in filter(None, [source, path.name]):
+    for name in filter(None, [*sources, path.name]):
         ctx.rules.check_dataset_name(name)
     recorded = manifest.read(ctx.state, path)
     for name in filter(None, [(recorded or {}).get(k) for k in ("source", "dataset")]):
