@@ -311,7 +311,7 @@ def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(wo
 
     def gate() -> str:
         with pytest.raises(ACIError) as e:
-            gates.check_data(Context(workdir=workdir), data, None)
+            gates.check_data(Context(workdir=workdir), data, [])
         assert e.value.rule == "no-test-data"
         return str(e.value)
 
@@ -323,7 +323,7 @@ def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(wo
         assert why in gate()
     out = check(workdir, path=str(data))  # the pinned reference is the default
     assert out.reference == str(ref) and out.opens_train_gate
-    assert gates.check_data(Context(workdir=workdir), data, None) == out.sha256
+    assert gates.check_data(Context(workdir=workdir), data, []) == out.sha256
     with pytest.raises(ACIError) as e:  # the pin stays under strict rules
         registry.call("plan", {"action": "update", "reference": "other.jsonl"}, Context(workdir=workdir))
     assert e.value.rule == "no-test-data"
