@@ -76,6 +76,25 @@ def _add_tool(server, t: registry.Tool, state: str | None, workdir: str | None) 
         ),
         structured_output=True,
     )
+    registered = server._tool_manager.get_tool(t.name)
+    registered.fn_metadata.arg_model = _strict(registered.fn_metadata.arg_model, t.input)
+
+
+def _strict(arg_model: type, inp: type[registry.ToolInput]) -> type:
+    """The SDK's argument model drops keys it does not know, so a typo or another spelling of an option
+    would vanish before the tool saw it: name unknown keys, and rename other spellings to their field."""
+    from pydantic import ConfigDict, model_validator
+
+    class Args(arg_model):
+        model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+        @model_validator(mode="before")
+        @classmethod
+        def _one_vocabulary(cls, data: Any) -> Any:
+            return inp.canonical(data)
+
+    Args.__name__ = arg_model.__name__
+    return Args
 
 
 def _add_markdown(server) -> None:

@@ -160,7 +160,7 @@ def _dev_set(path: Path, n: int = 34) -> Path:
 def test_dev_set_is_generated_and_graded_per_task(workdir, tiny_model):
     init_run(workdir, tiny_model)
     _dev_set(workdir / "dev.jsonl")
-    out = call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", default_grader="last-number",
+    out = call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", grader="last-number",
                max_new_tokens=6, batch_size=17)
     e = out.result
     assert e["evaluator"].startswith("dev:dev.jsonl@") and e["samples"] == 34 and e["limit"] is None

@@ -45,7 +45,7 @@ class EvalSpec(BaseModel):
     task: str | None = Field(None, description="lm-eval: task name (built-in, or defined in --task-dir)")
     task_dir: str | None = Field(None, description="lm-eval: folder of local task YAMLs")
     dev_set: str | None = Field(None, description="dev: JSONL of held-out task records (each names its grader)")
-    default_grader: str | None = Field(None, description="dev: grader for tasks that name none, e.g. last-number")
+    grader: str | None = Field(None, description="dev: grader for tasks that name none, e.g. last-number")
     limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command gets "
                               "--limit -1, which PostTrainBench's evaluate.py reads as all); without it the eval "
                               "command's own default applies (PostTrainBench: 150 GSM8K, 50 GPQA); comparisons "
@@ -122,9 +122,9 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
         name = str(path.relative_to(ctx.workdir))
     except ValueError:
         name = path.name
-    label = f"dev:{name}@" + _sha8(file_hash(path), spec.default_grader or "", f"{spec.temperature:g}",
+    label = f"dev:{name}@" + _sha8(file_hash(path), spec.grader or "", f"{spec.temperature:g}",
                                    str(spec.max_new_tokens))
-    return DevSetEvaluator(path, limit=spec.items(), template=template_text(ctx), default_grader=spec.default_grader,
+    return DevSetEvaluator(path, limit=spec.items(), template=template_text(ctx), default_grader=spec.grader,
                            temperature=spec.temperature, max_new_tokens=spec.max_new_tokens,
                            batch_size=spec.batch_size, workdir=ctx.workdir, out_dir=out_dir,
                            check_host=lambda h: ctx.rules.check_host(h, judge=True), label=label)

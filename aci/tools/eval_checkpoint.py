@@ -19,6 +19,8 @@ JOB_KIND = "eval"
 
 
 class EvalCheckpointInput(ToolInput, runner.EvalSpec):
+    RENAMED = {"default_grader": "grader"}  # `grader`, as in verify-task, run-trajectory and train
+
     action: Literal["evaluate", "compare", "promote", "list"] = Field(
         "evaluate", description="evaluate a checkpoint, compare two, promote one to final_model, or list results")
     checkpoint: str | None = Field(None, description="checkpoint id (base, <job>/checkpoint-<step>) or a model folder "
