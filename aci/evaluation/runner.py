@@ -227,6 +227,7 @@ def _entry(ctx, ck, spec, evaluator, trials, seeds, eval_id, duration, error, jo
     extra: dict = {"kind": spec.evaluator}
     if trials:
         fields["metric"] = trials[0].details.get("metric")
+        extra["inspect_logs"] = [t.details["inspect_log"] for t in trials if t.details.get("inspect_log")]
         # What the evaluator reported, else the explicit limit; never the benchmark's size, which an eval
         # command need not score whole (PostTrainBench's evaluate.py scores 150 GSM8K items without --limit).
         samples = min((t.samples for t in trials if t.samples), default=None)
