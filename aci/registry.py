@@ -3,8 +3,10 @@
 Tool modules live in `aci/tools/` and register themselves with `@tool(...)`; `tools()` imports them all
 (they import no heavy library at module level). The MCP server (`aci/server.py`) and the CLI
 (`aci/cli.py`) are both built from this registry and only translate: every call goes through `call()`,
-which validates input, runs the function, and attaches the run envelope (time left, deadline, best
-checkpoint, reminders) to the result.
+which validates input, runs the function, and attaches the run envelope (`aci.envelope`: time left,
+deadline, best checkpoint, reminders) to the result. A tool's input is `ToolInput` plus, where the tool
+has settings, the domain's request model (`class TrainInput(ToolInput, TrainRequest)`), so each setting
+is defined once, beside the code that uses it.
 """
 
 from __future__ import annotations
