@@ -3,8 +3,8 @@
 The deadline comes from `timer.sh` in the working directory when it exists (PostTrainBench's harness
 prints `Remaining time (hours:minutes):` then `H:MM`, or `Timer expired!`), because the harness started
 counting before the agent did. Otherwise it comes from the run card (a fixed deadline, or start time
-plus budget). The final reserve is the profile's `final_reserve_min`: time kept for promotion,
-`finalize` and checks, which no job may eat into.
+plus budget). The final reserve (`rules.Profile.reserve_min`) is time kept for promotion, `finalize`
+and checks, which no job may eat into.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from aci.errors import ACIError
-from aci.state import now, parse_ts
+from aci.records import RunCard
+from aci.state import now
 
 TIMER = "timer.sh"
 _REMAINING = re.compile(r"(\d+):(\d{1,2})\s*$")
@@ -73,17 +74,33 @@ class Clock:
         return work is None or duration <= work
 
 
-def clock_for(workdir: Path, card: dict | None, reserve_min: float) -> Clock:
+def parse_deadline(text: str) -> tuple[datetime, str | None]:
+    """A `--deadline` as an aware time, and a note when it had no time zone.
+
+    A naive time is read as this machine's local time (what a person typing "18:00" means), never as
+    UTC; the note says which offset was applied so a wrong guess is visible at once.
+    """
+    try:
+        t = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        raise ACIError(f"deadline {text!r} is not an ISO date-time (e.g. 2026-05-01T18:00:00+02:00)") from None
+    if t.tzinfo is not None:
+        return t, None
+    local = t.astimezone()
+    return local, (f"deadline {text!r} has no time zone: read as this machine's local time, "
+                   f"{local.isoformat(timespec='seconds')}; add an offset (+02:00) or Z to say otherwise")
+
+
+def clock_for(workdir: Path, card: RunCard | None, reserve_min: float) -> Clock:
     reserve = timedelta(minutes=reserve_min)
     remaining = read_timer(workdir)
     if remaining is not None:
         # timer.sh has minute resolution; round the deadline down to be safe.
         return Clock(now() + remaining, reserve, TIMER)
     if card:
-        if card.get("deadline"):
-            return Clock(parse_ts(card["deadline"]), reserve, "run card deadline")
-        started = parse_ts(card["started_at"])
-        return Clock(started + timedelta(hours=float(card["budget_hours"])), reserve, "run card budget")
+        if card.deadline:
+            return Clock(card.deadline, reserve, "run card deadline")
+        return Clock(card.started_at + timedelta(hours=card.budget_hours), reserve, "run card budget")
     return Clock(None, reserve, "none")
 
 

@@ -12,13 +12,16 @@ import click
 @click.option("--http", is_flag=True, help="serve streamable HTTP instead of stdio")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address (loopback unless given)")
 @click.option("--port", default=8765, show_default=True, type=int, help="HTTP port")
+@click.option("--allow-remote", is_flag=True, help="HTTP: allow a non-loopback --host (needs --token)")
+@click.option("--token", envvar="ACI_HTTP_TOKEN", default=None,
+              help="HTTP: bearer token every request must carry (or ACI_HTTP_TOKEN)")
 @click.pass_context
-def serve(cctx: click.Context, http: bool, host: str, port: int) -> None:
-    """Serve the tools over MCP (stdio by default)."""
+def serve(cctx: click.Context, http: bool, host: str, port: int, allow_remote: bool, token: str | None) -> None:
+    """Serve the tools over MCP (stdio by default; HTTP on loopback unless --allow-remote with a token)."""
     from aci.server import serve as run
 
     obj = cctx.find_root().obj
-    run(obj["state"], obj["workdir"], http=http, host=host, port=port)
+    run(obj["state"], obj["workdir"], http=http, host=host, port=port, allow_remote=allow_remote, token=token)
 
 
 @click.command()

@@ -16,6 +16,7 @@ reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -47,7 +48,14 @@ class JobView(BaseModel):
     folder: str
 
 
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
 def job_dir(state: State, job_id: str) -> Path:
+    """The folder of job `job_id`; an id that could point outside `jobs/` (`../x`, `a/b`) is refused."""
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id) or ".." in job_id:
+        raise ACIError(f"{job_id!r} is not a job id (letters, digits, '.', '_' and '-'; see `aci status` for the "
+                       f"running jobs)")
     return state.root / records.JOBS / job_id
 
 
@@ -56,18 +64,25 @@ def new_id(kind: str) -> str:
 
 
 def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Path, message: str,
-          env: dict[str, str] | None = None, job_id: str | None = None) -> JobView:
-    """Launch a supervised job and record it as one state event."""
+          env: dict[str, str] | None = None, job_id: str | None = None, exclusive: bool = False) -> JobView:
+    """Launch a supervised job and record it as one state event.
+
+    `exclusive`: refuse while another job holds the GPU (`gpu_busy`), checked under the state lock so two
+    concurrent starts cannot both pass.
+    """
     job_id = job_id or new_id(kind)
     folder = job_dir(state, job_id)
     if folder.exists():
         raise ACIError(f"job {job_id} already exists")
     rel = f"{records.JOBS}/{job_id}"
     with state.event(kind, f"started job {job_id}: {message}", tool=kind, data={"job": job_id}) as w:
+        busy = gpu_busy(state) if exclusive else None
+        if busy:
+            raise ACIError(busy)
         folder.mkdir(parents=True)
         w.write_json(f"{rel}/config.json", config)
         record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)
-        dumped = record.model_dump(mode="json") | {"started_at": iso(record.started_at)}  # state's iso format
+        dumped = record.model_dump(mode="json")
         w.write_json(f"{rel}/job.json", dumped | {"cwd": str(cwd)})
         log = open(folder / "log", "ab")
         full_env = {**os.environ, **(env or {}), "ACI_JOB_DIR": str(folder), "ACI_STATE": str(state.root),
@@ -201,6 +216,23 @@ def active(state: State) -> list[JobView]:
     return [j for j in list_jobs(state) if j.status == "running"]
 
 
+# Jobs that hold the GPU: training, evaluation (PostTrainBench's evaluate.py starts vLLM on the same GPU
+# with 30-80 % of its memory) and a vLLM server for rollouts. Two at once slow each other or run out of memory.
+GPU_KINDS = ("train", "eval", "serve")
+_STOP = {"train": "`aci train stop --job {id}`, ", "serve": "`aci run-trajectory stop --job {id}`, "}
+
+
+def gpu_busy(state: State) -> str | None:
+    """Why a new GPU job should wait (the running GPU job and what to do), or None when the GPU is free."""
+    holders = [j for j in active(state) if j.kind in GPU_KINDS]
+    if not holders:
+        return None
+    j = holders[0]
+    return (f"{j.kind} job {j.id} is still running: {_STOP.get(j.kind, '').format(id=j.id)}wait for it (`aci "
+            f"status` shows it), or pass --concurrent to share the GPU anyway (one GPU job at a time: vLLM's memory "
+            f"share plus training's can run out of memory)")
+
+
 def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:
     """Ask a job to stop (SIGTERM to its process group, SIGKILL after `grace_s`) and wait for it."""
     v = view(state, job_id)
@@ -246,7 +278,7 @@ def write_progress(fields: dict[str, Any], folder: str | Path | None = None) -> 
 
 def _exit(rc: int | None, status: str, reason: str | None, **usage) -> dict:
     ex = records.JobExit(returncode=rc, status=status, ended_at=now(), reason=reason, **usage)
-    return ex.model_dump(mode="json") | {"ended_at": iso(ex.ended_at)}  # state's iso format
+    return ex.model_dump(mode="json")
 
 
 def _supervise(folder: Path) -> int:

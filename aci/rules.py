@@ -33,6 +33,8 @@ class Rule(_Strict):
     title: str
     text: str
     enforced_by: list[str] = Field(min_length=1)
+    protects: list[str] = Field(default_factory=list, description="files and folders of the working directory "
+                                                                  "the rule keeps unchanged (hashed at plan init)")
 
 
 class MinSamples(_Strict):
@@ -46,15 +48,31 @@ class ContaminationRules(_Strict):
     required_before_training: bool
 
 
+class Guide(_Strict):
+    """What to do next and which rules matter, at one point of a run."""
+
+    next: list[str] = Field(min_length=1, description="next actions, imperative, with the aci commands")
+    rules: list[str] = Field(min_length=1, description="ids of the rules that apply")
+
+
+class PhaseGuide(Guide):
+    after_all_gates: bool = Field(False, description="this guidance also applies before the final reserve once "
+                                                     "every gate but the reserve phase's has passed (keep improving)")
+
+
 class Phase(_Strict):
-    name: str
-    share: float = Field(gt=0, le=1)
+    name: str = Field(description="a phase defined under the top-level `phases`")
+    share: float | None = Field(None, gt=0, le=1, description="relative share of the time before the final "
+                                                              "reserve; none for the reserve's phase, whose time "
+                                                              "is the reserve")
     gate: str
 
 
 class Profile(_Strict):
     description: str
-    final_reserve_min: float = Field(ge=0)
+    strict: bool = Field(description="the integrity profile: stricter checks where a tool offers a choice")
+    final_reserve_min: float = Field(ge=0, description="time kept for promotion, finalize and checks; the phase "
+                                                       "without a share gets it")
     budget_hours: float = Field(gt=0)
     min_eval_samples: MinSamples
     histogram_tolerance_pp: float = Field(gt=0, le=100)
@@ -66,10 +84,29 @@ class Profile(_Strict):
     forbidden_patterns: list[str]
     phases: list[Phase] = Field(min_length=1)
 
+    def reserve_min(self, budget_min: float | None = None) -> float:
+        """The final reserve of a run of `budget_min` minutes (default: the profile's budget). The one place
+        it is computed: the clock, the phase plan and the summary all ask here."""
+        return self.final_reserve_min
+
+    def allocation(self, budget_min: float) -> list[tuple[Phase, float]]:
+        """Minutes per phase: the reserve phase gets the reserve, the others split the rest by their shares."""
+        reserve = self.reserve_min(budget_min)
+        work = max(budget_min - reserve, 0.0)
+        total = sum(p.share or 0 for p in self.phases)
+        return [(p, reserve if p.share is None else work * p.share / total) for p in self.phases]
+
+    @property
+    def reserve_phase(self) -> Phase:
+        return next(p for p in self.phases if p.share is None)
+
 
 class RulesFile(_Strict):
     version: Literal[1]
     rules: list[Rule] = Field(min_length=1)
+    before_run_card: Guide
+    phases: dict[str, PhaseGuide] = Field(min_length=1, description="what each phase name means, shared by the "
+                                                                    "profiles")
     profiles: dict[str, Profile]
 
 
@@ -94,7 +131,24 @@ class Rules:
 
     @property
     def strict(self) -> bool:
-        return self.name == "posttrainbench"
+        return self.profile.strict
+
+    def guide(self, phase: str | None, *, has_card: bool, in_reserve: bool) -> Guide:
+        """Next actions and rules for the current phase: before a run card, `before_run_card`; in the final
+        reserve, the reserve phase's; once only the reserve phase's gate is left, or none, the guidance
+        marked `after_all_gates`."""
+        if not has_card:
+            return self.file.before_run_card
+        reserve = self.profile.reserve_phase.name
+        if in_reserve:
+            phase = reserve
+        elif phase in (None, reserve):
+            phase = next(name for name, g in self.file.phases.items() if g.after_all_gates)
+        return self.file.phases[phase]
+
+    def protected(self) -> list[str]:
+        """What the `no-eval-edits` rule keeps unchanged (hashed at plan init, checked by finalize)."""
+        return self.rule("no-eval-edits").protects
 
     def min_samples(self, benchmark_size: int | None) -> int:
         """max(absolute, fraction x size), capped at the size: a 30-item benchmark needs all 30, not 32."""
@@ -115,12 +169,12 @@ class Rules:
     def check_host(self, host: str, *, judge: bool = False) -> None:
         """Refuse an endpoint host the profile does not allow (loopback only under posttrainbench)."""
         allowed = self.profile.judge_hosts if judge else self.profile.rollout_hosts
-        if "*" in allowed or host in allowed or _is_loopback(host) and any(_is_loopback(a) for a in allowed):
+        if "*" in allowed or host in allowed or is_loopback(host) and any(is_loopback(a) for a in allowed):
             return
         raise self.refuse("no-hosted-llm", f"endpoint host {host!r} is not allowed (allowed: {', '.join(allowed)})")
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -165,15 +219,37 @@ def load_file(path: Path | None = None) -> RulesFile:
         field = ".".join(str(p) for p in e.path) or "(top level)"
         raise ACIError(f"rules file {path}: field {field}: {e.message}")
     data = RulesFile.model_validate(raw)
-    for name, prof in data.profiles.items():
-        total = sum(p.share for p in prof.phases)
-        if abs(total - 1) > 1e-6:
-            raise ACIError(f"rules file {path}: field profiles.{name}.phases: shares sum to {total:.3f}, not 1")
+    _check_references(data, path)
     return data
 
 
+def _check_references(data: RulesFile, path: Path) -> None:
+    """What the schema cannot say: names that refer to each other, and one reserve phase per profile."""
+    ids = {r.id for r in data.rules}
+
+    def fail(field: str, message: str) -> ACIError:
+        return ACIError(f"rules file {path}: field {field}: {message}")
+
+    for field, guide in [("before_run_card", data.before_run_card),
+                         *((f"phases.{n}", g) for n, g in data.phases.items())]:
+        unknown = [r for r in guide.rules if r not in ids]
+        if unknown:
+            raise fail(f"{field}.rules", f"unknown rule {unknown[0]!r}")
+    if sum(g.after_all_gates for g in data.phases.values()) != 1:
+        raise fail("phases", "exactly one phase must have after_all_gates: true")
+    if "no-eval-edits" not in ids:
+        raise fail("rules", "the rule no-eval-edits (what it protects) is missing")
+    for name, prof in data.profiles.items():
+        field = f"profiles.{name}.phases"
+        for p in prof.phases:
+            if p.name not in data.phases:
+                raise fail(field, f"phase {p.name!r} is not defined under phases")
+        if sum(p.share is None for p in prof.phases) != 1:
+            raise fail(field, "exactly one phase, the final reserve's, must have no share")
+
+
 def load(profile: str = "default", path: Path | None = None) -> Rules:
-    return Rules(load_file(path), profile)
+    return Rules(load_file(path or rules_path()), profile)  # cached per file, so ACI_RULES is read every time
 
 
 if __name__ == "__main__":

@@ -3,13 +3,17 @@
 No logic lives here. Each tool becomes an MCP tool whose parameters are the input model's fields and
 whose structured result is the output model; `ACIError` becomes a `ToolError` the model can read.
 Blocking tool work runs in a worker thread so the server keeps answering.
+
+Over HTTP the tools start jobs and commands on this machine, so the server binds to loopback; another
+address needs `allow_remote` and a bearer token, which every request must then carry (a token also
+guards a loopback server when given).
 """
 
 from __future__ import annotations
 
+import hmac
 import inspect
 import logging
-from pathlib import Path
 from typing import Annotated, Any
 
 from aci import __version__, bundle, registry
@@ -72,41 +76,85 @@ def _add_tool(server, t: registry.Tool, state: str | None, workdir: str | None) 
         ),
         structured_output=True,
     )
+    registered = server._tool_manager.get_tool(t.name)
+    registered.fn_metadata.arg_model = _strict(registered.fn_metadata.arg_model, t.input)
+
+
+def _strict(arg_model: type, inp: type[registry.ToolInput]) -> type:
+    """The SDK's argument model drops keys it does not know, so a typo or another spelling of an option
+    would vanish before the tool saw it: name unknown keys, and rename other spellings to their field."""
+    from pydantic import ConfigDict, model_validator
+
+    class Args(arg_model):
+        model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+        @model_validator(mode="before")
+        @classmethod
+        def _one_vocabulary(cls, data: Any) -> Any:
+            return inp.canonical(data)
+
+    Args.__name__ = arg_model.__name__
+    return Args
 
 
 def _add_markdown(server) -> None:
-    """Serve SKILL.md, skills, workflows and integrity rules from the same files the agents read."""
+    """Serve SKILL.md, each skill with its reference files, the workflows and the integrity rules from the
+    files the agents read, each under its own description; the workflows also as prompts with named
+    arguments (`aci.prompts`)."""
     from mcp.server.mcpserver.resources import FunctionResource
 
-    entries: list[tuple[str, str, Path]] = [("skill://posttrain", "entry skill", bundle.path("SKILL.md"))]
-    entries += [(f"skill://{n}", f"skill {n}", bundle.path("skills", n, "SKILL.md")) for n in bundle.skill_names()]
-    entries += [(f"workflow://{n}", f"workflow {n}", bundle.path("workflows", f"{n}.md")) for n in bundle.workflow_names()]
-    entries += [("rules://integrity", "integrity rules", bundle.path("rules", "integrity.md"))]
-    for uri, desc, p in entries:
-        if p.is_file():
-            server.add_resource(FunctionResource(
-                uri=uri, name=uri.split("://", 1)[1], description=desc, mime_type="text/markdown",
-                fn=(lambda p=p: p.read_text()),
-            ))
-    for name in bundle.workflow_names():
-        p = bundle.path("workflows", f"{name}.md")
+    from aci import prompts
 
-        def prompt(p: Path = p) -> str:
-            return p.read_text()
-
-        server.add_prompt(_prompt(prompt, name))
+    for doc in bundle.documents():
+        server.add_resource(FunctionResource(
+            uri=doc.uri, name=doc.name, description=doc.description, mime_type="text/markdown",
+            fn=(lambda p=doc.path: p.read_text(encoding="utf-8")),
+        ))
+    for prompt in prompts.workflow_prompts():
+        server.add_prompt(prompt)
 
 
-def _prompt(fn, name: str):
-    from mcp.server.mcpserver.prompts.base import Prompt
-
-    return Prompt.from_function(fn, name=f"workflow-{name}", description=f"Follow the {name} workflow")
+TOKEN_ENV = "ACI_HTTP_TOKEN"
 
 
-def serve(state: str | None, workdir: str | None, http: bool = False, host: str = "127.0.0.1", port: int = 8765) -> None:
+def check_http_host(host: str, allow_remote: bool, token: str | None) -> None:
+    """Refuse to serve the tools beyond loopback unless asked to explicitly and a bearer token guards them."""
+    from aci.rules import is_loopback
+
+    if is_loopback(host):
+        return
+    if not allow_remote or not token:
+        raise ACIError(f"--host {host} would let any client that reaches this machine start training jobs and "
+                       f"commands; serve on 127.0.0.1, or pass --allow-remote together with a bearer token "
+                       f"(--token or {TOKEN_ENV})")
+
+
+class BearerAuth:
+    """ASGI middleware: an HTTP request without `Authorization: Bearer <token>` gets 401."""
+
+    def __init__(self, app, token: str):
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b"missing or wrong bearer token\n"})
+                return
+        await self.app(scope, receive, send)
+
+
+def serve(state: str | None, workdir: str | None, http: bool = False, host: str = "127.0.0.1", port: int = 8765,
+          *, allow_remote: bool = False, token: str | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    server = build(state, workdir)
-    if http:
-        server.run(transport="streamable-http", host=host, port=port)
-    else:
-        server.run()
+    if not http:
+        build(state, workdir).run()
+        return
+    check_http_host(host, allow_remote, token)
+    import uvicorn
+
+    app = build(state, workdir).streamable_http_app(host=host)
+    uvicorn.run(BearerAuth(app, token) if token else app, host=host, port=port, log_level="warning")

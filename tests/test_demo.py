@@ -49,3 +49,24 @@ def test_quick_demo_trains_above_base(tmp_path: Path):
     seen = chromium.load(Path(summary["report"]), screenshot=tmp_path / "demo-report.png")
     assert seen.problems == [] and seen.broken_images == 0
     assert trained["checkpoint"] in seen.text and f"{trained['score']:.3f}" in seen.text
+
+
+def test_toy_evaluate_reads_limit_as_posttrainbench_does(tmp_path: Path, tiny_model: Path):
+    """`--limit -1` scores every item (PostTrainBench's meaning), a count scores that many, other negatives
+    are a usage error instead of a silent slice."""
+    from aci import toybench
+
+    bench = toybench.build(tmp_path / "task", python=sys.executable, model=False)
+
+    def run(limit: str) -> subprocess.CompletedProcess:
+        out = tmp_path / f"metrics{limit}.json"
+        proc = subprocess.run([sys.executable, "evaluate.py", "--model-path", str(tiny_model), "--limit", limit,
+                               "--max-tokens", "1", "--json-output-file", str(out)],
+                              capture_output=True, text=True, timeout=300, cwd=bench.workdir)
+        proc.metrics = json.loads(out.read_text()) if out.is_file() else None
+        return proc
+
+    assert run("-1").metrics["n_examples"] == bench.size
+    assert run("7").metrics["n_examples"] == 7
+    bad = run("-2")
+    assert bad.returncode == 2 and bad.metrics is None and "--limit" in bad.stderr

@@ -16,7 +16,7 @@ import pytest
 from aci import records, registry
 from aci.errors import ACIError
 from aci.evaluation import command, stats, swap
-from aci.summary import gates
+from aci.progress import gates
 from tests.conftest import mcp_client
 from tests.eval_helpers import (
     call,
@@ -160,7 +160,7 @@ def _dev_set(path: Path, n: int = 34) -> Path:
 def test_dev_set_is_generated_and_graded_per_task(workdir, tiny_model):
     init_run(workdir, tiny_model)
     _dev_set(workdir / "dev.jsonl")
-    out = call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", default_grader="last-number",
+    out = call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", grader="last-number",
                max_new_tokens=6, batch_size=17)
     e = out.result
     assert e["evaluator"].startswith("dev:dev.jsonl@") and e["samples"] == 34 and e["limit"] is None
@@ -364,6 +364,11 @@ def test_compare_states_its_method_and_decision():
     assert not c.decided and "min-eval-samples" in c.reason
     c = stats.compare("a", ev(12.0, 40), None, "b", ev(10.0, 40), None, 32)
     assert c.method == "none" and not c.decided
+    # identical trials (a greedy evaluator) carry no spread: one item apart is not a decision by ranges
+    c = stats.compare("a", ev(0.5067, 150, [0.5067, 0.5067]), None, "b", ev(0.5, 150, [0.5, 0.5]), None, 32)
+    assert c.method == "two-proportion z-test" and c.decided and not c.beats
+    c = stats.compare("a", ev(0.75, 40, [0.75, 0.75]), a, "b", ev(0.5, 40, [0.5, 0.5]), b, 32)
+    assert c.method == "paired bootstrap" and c.beats
 
 
 def test_eval_checkpoint_through_the_stdio_mcp_server(workdir, tiny_model):
@@ -400,3 +405,215 @@ def test_cli_prints_results_and_exits_2_on_errors(workdir, tiny_model):
     listed = subprocess.run([*aci, "--json", "eval-checkpoint", "list"], cwd=workdir, capture_output=True, text=True,
                             timeout=120)
     assert [e["score"] for e in json.loads(listed.stdout)["evaluations"]] == [0.2]
+
+
+def test_comparisons_count_what_was_measured(workdir, tiny_model):
+    """Over MCP: identical trials a single item apart decide nothing, and a result whose sample count the eval
+    command did not report (no --limit) is not counted as the whole benchmark."""
+    init_run(workdir, tiny_model, base_score=0.5, benchmark_size=1319)
+    copy_model(tiny_model, workdir / "ck", 0.5 + 1 / 150)
+
+    async def go():
+        async with mcp_client(workdir) as client:
+            async def ev(**args):
+                r = await client.call_tool("eval-checkpoint", {"action": "evaluate", **args})
+                assert not r.is_error, r.content
+                return r.structured_content
+
+            whole = await ev(checkpoint="base")  # evaluate.py scores its default subset, reports no count
+            await ev(checkpoint="base", limit=150, trials=2)
+            won = await ev(checkpoint="ck", parent="base", limit=150, trials=2, promote=True)
+            return whole, won
+
+    whole, won = asyncio.run(go())
+    assert whole["result"]["samples"] is None
+    assert any("unknown" in w and "min-eval-samples" in w for w in whole["warnings"])
+    assert won["result"]["scores"] == [pytest.approx(0.5 + 1 / 150)] * 2
+    assert won["comparison"]["method"] == "two-proportion z-test" and not won["comparison"]["beats"]
+    assert not won["promotion"]["promoted"] and "[rule keep-best]" in won["promotion"]["notes"][-1]
+    c = ctx(workdir)
+    assert gates(c)["baseline"].passed  # by the 150-sample evaluation, not the one of unknown size
+    base_only = [e for e in entries(workdir) if e["limit"] is None]
+    cmp = stats.compare("base", base_only[0], None, "base", base_only[0], None, 66)
+    assert not cmp.decided and "unknown" in cmp.reason and "min-eval-samples" in cmp.reason
+
+
+def _claims(src: Path, dst: Path, score: float, trainer_state: bool = True, **config) -> Path:
+    """A copy of the tiny model that claims to be trained: a trainer_state.json, config fields overridden."""
+    copy_model(src, dst, score)
+    cfg = json.loads((dst / "config.json").read_text())
+    for key, value in config.items():
+        if "." in key:
+            outer, inner = key.split(".")
+            cfg[outer] = {**cfg.get(outer, {}), inner: value}
+        else:
+            cfg[key] = value
+    (dst / "config.json").write_text(json.dumps(cfg))
+    if trainer_state:
+        (dst / "trainer_state.json").write_text(json.dumps({"global_step": 10, "log_history": []}))
+    return dst
+
+
+def test_model_identity_under_posttrainbench(workdir, tiny_model):
+    """Over MCP: registering a folder with --parent needs evidence and no name pointing at another model; the
+    architecture (nested text_config too) must match; a registered folder that changed is refused by
+    evaluation, training and promotion."""
+    from aci import manifest
+
+    base = copy_model(tiny_model, workdir / "models" / "Qwen3-1.7B-Base", 0.2)
+    cfg = json.loads((base / "config.json").read_text())
+    text = {k: cfg[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                "num_key_value_heads", "vocab_size")} | {"model_type": cfg["model_type"]}
+    (base / "config.json").write_text(json.dumps({**cfg, "text_config": text}))  # nested, as Gemma 3 has it
+    registry.call("plan", {"action": "init", "base_model": "models/Qwen3-1.7B-Base", "benchmark": "toy",
+                           "profile": "posttrainbench", "eval_command": eval_command()}, ctx(workdir))
+    _claims(base, workdir / "models" / "Qwen3-1.7B", 0.9)  # the instruct sibling, with a trainer_state.json
+    _claims(base, workdir / "out" / "named", 0.9, _name_or_path="Qwen/Qwen3-1.7B")
+    lora = workdir / "out" / "lora"
+    lora.mkdir(parents=True)
+    (lora / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen3-1.7B",
+                                                          "peft_type": "LORA"}))
+    _claims(base, workdir / "out" / "bare", 0.9, trainer_state=False)
+    _claims(base, workdir / "out" / "wider", 0.9, **{"text_config.intermediate_size": 2 * text["intermediate_size"]})
+    _claims(base, workdir / "out" / "fewer-kv", 0.9, num_key_value_heads=1)
+    good = _claims(base, workdir / "out" / "sft-run", 0.9)
+    data = workdir / "sft.jsonl"
+    data.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
+                                                                                  "content": "hello"}]}) + "\n")
+    manifest.update(ctx(workdir).state, data, "contamination", {"verdict": "pass"}, message="checked", tool="contamination")
+
+    async def go():
+        async with mcp_client(workdir) as client:
+            async def tool(name, **args):
+                return await client.call_tool(name, args)
+
+            refused = {}
+            for name in ("models/Qwen3-1.7B", "out/named", "out/lora", "out/bare", "out/wider", "out/fewer-kv"):
+                refused[name] = await tool("eval-checkpoint", checkpoint=name, parent="base", limit=40)
+            assert not (await tool("eval-checkpoint", checkpoint="base", limit=40)).is_error
+            ok = await tool("eval-checkpoint", checkpoint="out/sft-run", parent="base", limit=40, promote=True)
+            plant(good, 0.95)  # the registered folder is changed afterwards
+            after = [await tool("eval-checkpoint", checkpoint="out/sft-run", limit=40),
+                     await tool("eval-checkpoint", action="promote", checkpoint="out/sft-run"),
+                     await tool("train", action="dry-run", data="sft.jsonl", model="out/sft-run")]
+            return refused, ok, after
+
+    refused, ok, after = asyncio.run(go())
+    why = {name: r.content[0].text for name, r in refused.items()}
+    for n, r in refused.items():
+        assert r.is_error and "[rule base-model-only]" in why[n], (n, why[n])
+    assert "folder name 'Qwen3-1.7B' names another model" in why["models/Qwen3-1.7B"]
+    assert "config.json _name_or_path is 'Qwen/Qwen3-1.7B'" in why["out/named"]
+    assert "adapter_config.json base_model_name_or_path is 'Qwen/Qwen3-1.7B'" in why["out/lora"]
+    assert "shows no sign of being trained from 'base'" in why["out/bare"]
+    assert "intermediate_size" in why["out/wider"] and "num_key_value_heads 1 vs" in why["out/fewer-kv"]
+    assert not ok.is_error and ok.structured_content["promotion"]["promoted"], ok.content
+    [entry] = [e for e in entries(workdir, "registered") if e["checkpoint"] == "out/sft-run"]
+    assert entry["content_hash"] and entry["evidence"] == "trainer_state.json from the training run that wrote it"
+    for r in after:
+        assert r.is_error and "[rule base-model-only]" in r.content[0].text, r.content
+        assert "changed since it was registered (config.json differs)" in r.content[0].text
+    assert swap.marker(workdir / "final_model")["checkpoint"] == "out/sft-run" and swap.verify(workdir / "final_model") == []
+
+
+@pytest.mark.parametrize("name,base,other", [
+    ("Qwen3-1.7B", "Qwen/Qwen3-1.7B-Base", True),  # the instruct sibling has no suffix
+    ("Qwen3-1.7B-Instruct", "Qwen/Qwen3-1.7B-Base", True),
+    ("Qwen3-4B-Base", "Qwen/Qwen3-1.7B-Base", True),  # another size
+    ("gemma-3-4b-it", "google/gemma-3-4b-pt", True),
+    ("SmolLM3-3B", "HuggingFaceTB/SmolLM3-3B-Base", True),
+    ("Qwen3-1.7B-Base", "Qwen/Qwen3-1.7B-Base", False),
+    ("qwen3-1.7b-sft-v2", "Qwen/Qwen3-1.7B-Base", False),
+    ("checkpoint-500", "Qwen/Qwen3-1.7B-Base", False),
+    ("fix-it", "google/gemma-3-4b-pt", False),
+])
+def test_names_of_other_models(name, base, other):
+    from aci.evaluation import identity
+
+    assert identity.other_model_name(name, base) is other
+
+
+def test_architecture_reads_the_text_model_of_a_multimodal_config():
+    from aci.evaluation import identity
+
+    text = {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
+            "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 262208}
+    base = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
+            "vision_config": {"hidden_size": 1152}}
+    assert identity.architecture_diff(text, base) == []  # a text-only checkpoint of the multimodal base
+    assert identity.architecture_diff({**text, "num_key_value_heads": 8}, base) == ["num_key_value_heads 8 vs 4"]
+    wider = {**base, "text_config": {**text, "intermediate_size": 9216}}
+    assert identity.architecture_diff(wider, base) == ["intermediate_size 9216 vs 10240"]
+
+
+def test_content_hash_sees_a_weight_swap_but_not_a_copy(tmp_path, tiny_model):
+    from aci.evaluation import identity
+
+    a = shutil.copytree(tiny_model, tmp_path / "a")
+    pinned = identity.pin(a)
+    b = shutil.copytree(a, tmp_path / "b", copy_function=shutil.copyfile)  # new files, new times, same content
+    assert identity.pin(b)["content_hash"] == pinned["content_hash"]
+    big = a / "model-00002.safetensors"  # over the whole-file size: sampled
+    big.write_bytes(bytes(8) + bytes(3 << 20))
+    before = identity.pin(a)
+    with open(big, "r+b") as f:  # the same size, one sampled block different
+        f.seek(1 << 20)
+        f.write(b"\x01" * 65536)
+    after = identity.pin(a)
+    assert after["content_hash"] != before["content_hash"]
+    assert [k for k in after["files"] if after["files"][k] != before["files"][k]] == ["model-00002.safetensors"]
+
+
+def test_full_evaluation_and_the_sample_count_the_run_reports(workdir, tiny_model):
+    """Without --limit the script's own default applies (150, as GSM8K's evaluate.py); --limit -1 reaches it
+    as every item; the count recorded is the one its inspect log holds, not a guess from the limit."""
+    init_run(workdir, tiny_model, command=eval_command("--inspect-log"))
+    e = call(workdir, checkpoint="base").result
+    assert (e["limit"], e["samples"]) == (None, 150)
+    e = call(workdir, checkpoint="base", limit=-1).result
+    assert (e["limit"], e["samples"]) == (-1, 1319)
+    assert [Path(p).parent.name for p in e["inspect_logs"]] == ["logs"]  # where to read its failures
+    log = (ctx(workdir).state.root / "evals" / e["eval_id"] / "seed-0.log").read_text()
+    assert "on -1 samples" in log  # passed through as typed, which the script reads as all
+    assert call(workdir, checkpoint="base", limit=66).result["samples"] == 66
+    with pytest.raises(ACIError, match="--limit 0 scores nothing"):
+        call(workdir, checkpoint="base", limit=0)
+
+
+def test_the_sample_count_is_read_from_a_real_inspect_log(tmp_path):
+    """A log written by inspect_ai 0.3.150 itself (mockllm, 2 samples): model and count are found in its head."""
+    import os
+
+    (tmp_path / "logs").mkdir()
+    log = tmp_path / "logs" / "run.json"
+    shutil.copy(Path(__file__).parent / "data" / "inspect_log_mockllm.json", log)
+    started = time.time() - 5
+    os.utime(log, (started + 1, started + 1))
+    assert command.inspect_log(tmp_path, started, "model") == (2, str(log))
+    assert command.inspect_log(tmp_path, started, "other-model") is None
+    assert command.inspect_log(tmp_path, started + 10, "model") is None  # written before this run
+    assert command.inspect_log(tmp_path / "nowhere", started, "model") is None
+
+
+def test_one_gpu_job_at_a_time(workdir, tiny_model):
+    """An evaluation waits for a running GPU job (here a background evaluation) unless --concurrent; so does
+    a training start."""
+    from aci import jobs
+
+    init_run(workdir, tiny_model, command=eval_command("--sleep", "60"))
+    state = ctx(workdir).state
+    job = call(workdir, checkpoint="base", limit=40, background=True).job
+    try:
+        with pytest.raises(ACIError, match=rf"eval job {job.id} is still running: wait for it .*--concurrent"):
+            call(workdir, checkpoint="base", limit=40)
+        with pytest.raises(ACIError, match=f"eval job {job.id} is still running"):
+            call(workdir, checkpoint="base", limit=40, background=True)
+        with pytest.raises(ACIError, match=f"eval job {job.id} is still running"):
+            registry.call("train", {"action": "start", "data": "none.jsonl"}, ctx(workdir))
+    finally:
+        deadline = time.monotonic() + 60
+        while jobs.view(state, job.id).pid is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # the job's own process is up before it can be signalled
+        assert jobs.stop(state, job.id, grace_s=5).status == "stopped"
+    registry.call("plan", {"action": "update", "eval_command": eval_command()}, ctx(workdir))
+    assert call(workdir, checkpoint="base", limit=40).result["score"] == pytest.approx(0.2)

@@ -6,13 +6,17 @@ import json
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from aci import rules
 from aci.errors import ACIError
 from aci.graders import NAMES, Score, grade, grader_for, parse_spec
+from aci.graders.answers import Choice
 from tests.openai_stub import OpenAIStub
+
+DATA = Path(__file__).parent / "data"
 
 
 def task(**gold) -> dict:
@@ -135,7 +139,7 @@ def test_last_number():
 
 def test_choice():
     t = task(answer="C")
-    for ok in ["ANSWER: C", "The answer is (C).", "C", "(c)", "I think B... no. The answer is C", "answer: **C**"]:
+    for ok in ["ANSWER: C", "Reasoning...\nANSWER: C", "Final answer: C", "**ANSWER: C**"]:
         assert grade(t, ok, default="choice").score == 1, ok
     assert grade(t, "ANSWER: A", default="choice").score == 0
     s = grade(t, "It could be anything", default="choice")
@@ -145,6 +149,19 @@ def test_choice():
     assert grader_for("choice").corrupt(task(answer="D"))[0] == "ANSWER: A"
     with pytest.raises(ACIError, match="letter"):
         grade(task(answer="42"), "A", default="choice")
+
+
+def test_choice_reads_the_letter_the_evaluation_reads():
+    """GPQA's evaluation (inspect_ai's multiple_choice) reads the first `ANSWER:` line, not the last, and
+    reads `ANSWER: (C)`, `ANSWER: c` or a lone `C` as no answer: the grader agrees on every reply that
+    inspect_ai 0.3.150 itself scored (tests/data/inspect_choice_cases.json)."""
+    cases = json.loads((DATA / "inspect_choice_cases.json").read_text())["cases"]
+    assert len(cases) >= 30
+    for case in cases:
+        assert Choice.extract(case["response"], "ABCD") == case["letter"], case["response"]
+    first_wins = "ANSWER: B\nOn reflection the right one is C.\nANSWER: C"
+    assert grade(task(answer="B"), first_wins, default="choice").score == 1
+    assert grade(task(answer="C"), first_wins, default="choice").score == 0
 
 
 def test_unit_tests_results_and_malformed_code():
@@ -186,6 +203,114 @@ def test_unit_tests_kill_forked_children_too(tmp_path):
     assert s.score == 0
     time.sleep(1.5)
     assert not marker.exists()  # the whole process group went down at the limit
+
+
+# Responses a reward-hacking policy finds: each would pass a grader that reads only the exit status.
+# All define a wrong `add`, so only a grader fooled into skipping or ignoring the tests scores them 1.
+HACKS = {
+    "sys.exit(0)": "def add(a, b):\n    return 0\nimport sys\nsys.exit(0)\n",
+    "os._exit(0)": "def add(a, b):\n    return 0\nimport os\nos._exit(0)\n",
+    "atexit os._exit": "import atexit, os\natexit.register(lambda: os._exit(0))\ndef add(a, b):\n    return 0\n",
+    "SystemExit from atexit": "import atexit, sys\ndef bye():\n    sys.stderr.flush()\n    raise SystemExit(0)\n"
+                              "atexit.register(bye)\nsys.excepthook = lambda *a: None\ndef add(a, b):\n    return 0\n",
+    "patched builtins": "import builtins\nbuiltins.abs = lambda x: 0\ndef add(a, b):\n    return 0\n",
+    "shadowed builtin": "abs = lambda x: 0\ndef add(a, b):\n    return 0\n",
+    "tests deleted": "import os, sys\nfor f in os.listdir('.'):\n    if f.endswith('.py'):\n        os.remove(f)\n"
+                     "def add(a, b):\n    return 0\nsys.exit(0)\n",
+    "trace hook ends the tests": "import sys\ndef add(a, b):\n    return 0\ndef tracer(frame, event, arg):\n"
+                                 "    if event == 'line' and frame.f_lineno > 9:\n        raise SystemExit(0)\n"
+                                 "    return tracer\nsys.settrace(tracer)\nsys._getframe().f_trace = tracer\n",
+}
+
+
+@pytest.mark.parametrize("hack", sorted(HACKS))
+def test_unit_tests_need_proof_that_every_test_ran(hack):
+    t = task(answer=SOLUTION, tests="assert abs(add(2, 3) - 5) < 1e-9\nassert add(-1, 1) == 0")
+    g = grader_for("unit-tests")
+    assert g.score(t, SOLUTION).score == 1
+    s = g.score(t, HACKS[hack])
+    assert s.score == 0, s.reason
+
+
+def test_unit_tests_stop_an_endless_print_at_the_output_limit():
+    g = grader_for({"type": "unit-tests", "timeout": 30})
+    start = time.monotonic()
+    s = g.score(task(answer="x", tests="pass"), "while True:\n    print('x' * 100_000)\n")
+    assert s.score == 0 and "output limit" in s.reason, s.reason
+    assert time.monotonic() - start < 15  # ended by the file-size limit, not by the 30 s clock
+
+
+def _harness_processes() -> int:
+    from pathlib import Path
+
+    n = 0
+    for p in Path("/proc").iterdir():
+        try:
+            n += p.name.isdigit() and b"graders/harness.py" in (p / "cmdline").read_bytes()
+        except OSError:
+            continue
+    return n
+
+
+def _isolation_available() -> bool:
+    """Whether this kernel lets the harness make its PID and network namespaces (root, or user namespaces)."""
+    import subprocess
+
+    probe = "from aci.graders import harness; import sys; sys.exit(0 if harness.isolate() else 1)"
+    return subprocess.run([sys.executable, "-c", probe]).returncode == 0
+
+
+@pytest.mark.parametrize("escape", [False, True], ids=["fork-bomb", "fork-bomb-in-own-session"])
+def test_unit_tests_bound_a_fork_bomb_and_leave_nothing_behind(escape):
+    import threading
+
+    if escape and not _isolation_available():
+        pytest.skip("no PID namespace here: a process that left the group is bounded but outlives the grade")
+    bomb = textwrap.dedent(f"""
+        import os, time
+        if {escape} and os.fork() == 0:
+            os.setsid()
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                time.sleep(0.01)
+    """)
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], _harness_processes())
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        s = grader_for({"type": "unit-tests", "timeout": 2, "max_processes": 32}).score(task(answer="x", tests="pass"), bomb)
+    finally:
+        done.set()
+        watcher.join()
+    assert s.score == 0 and "timeout" in s.reason
+    assert 4 <= peak[0] <= 32 + 2, peak[0]  # the bomb ran, up to the process limit (plus the harness and init)
+    time.sleep(0.3)
+    assert _harness_processes() == 0
+
+
+def test_unit_tests_have_no_network():
+    import socket
+
+    if not _isolation_available():
+        pytest.skip("no network namespace available to this user on this kernel")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        leak = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'x')\n" + SOLUTION
+        s = grader_for("unit-tests").score(task(answer=SOLUTION, tests="assert add(1, 1) == 2"), leak)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    assert s.score == 0 and ("Network is unreachable" in s.reason or "OSError" in s.reason), s.reason
 
 
 def test_unit_tests_memory_limit():
@@ -308,6 +433,37 @@ def test_judge_against_a_local_openai_server():
         url = stub.url
     down = grader_for({"type": "judge", "endpoint": url, "model": "j", "timeout": 2}).score(t, "x")
     assert down.score == 0 and "judge request failed" in down.reason
+
+
+def test_judge_ignores_proxy_variables(workdir):
+    """verify-task over MCP with http_proxy set: the loopback judge is asked directly, the proxy never."""
+    import asyncio
+    import socket
+
+    from tests.conftest import mcp_client
+
+    judged = {"id": "j", "type": "qa", "messages": [{"role": "user", "content": "Capital of France?"}],
+              "gold": {"answer": "Paris"}}
+    with socket.socket() as proxy, OpenAIStub(lambda body: '{"score": 1}' if "RESPONSE:\nParis" in
+                                              body["messages"][1]["content"] else '{"score": 0}') as stub:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen()
+        proxy.settimeout(0.2)
+        url = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+        judged["grader"] = {"type": "judge", "endpoint": stub.url, "model": "judge", "timeout": 5}
+        (workdir / "t.jsonl").write_text(json.dumps(judged) + "\n")
+
+        async def go():
+            env = {"http_proxy": url, "HTTP_PROXY": url, "no_proxy": "", "NO_PROXY": ""}
+            async with mcp_client(workdir, env=env) as c:
+                return await c.call_tool("verify-task", {"tasks": "t.jsonl", "method": "B", "workers": 1})
+
+        r = asyncio.run(go())
+        assert not r.is_error, r.content
+        with pytest.raises(TimeoutError):
+            proxy.accept()
+        assert len(stub.requests) == 2  # the gold and its corruption, both judged directly
+    assert r.structured_content["kept"] == 1, r.structured_content
 
 
 def test_judge_host_check_under_posttrainbench_rules():

@@ -26,10 +26,12 @@ def test_committed_schemas_match_the_models(tmp_path):
         assert json.loads(p.read_text()) == json.loads((ROOT / "state" / "schemas" / p.name).read_text()), p.name
 
 
-def test_profiles_load_and_phase_shares_sum_to_one():
+def test_profiles_load_and_the_phase_plan_fills_the_budget():
     for name in rules.PROFILES:
-        r = rules.load(name)
-        assert abs(sum(p.share for p in r.profile.phases) - 1) < 1e-9
+        prof = rules.load(name).profile
+        for budget in (600, 90):
+            assert abs(sum(m for _, m in prof.allocation(budget)) - budget) < 1e-9
+    assert rules.load("posttrainbench").strict and not rules.load("default").strict
     strict = rules.load("posttrainbench")
     assert strict.min_samples(1319) == 66 and strict.min_samples(30) == 30 and strict.min_samples(None) == 32
     strict.check_host("127.0.0.1")
@@ -48,7 +50,13 @@ def test_profiles_load_and_phase_shares_sum_to_one():
     (lambda d: d["profiles"]["posttrainbench"].pop("final_reserve_min"), "profiles.posttrainbench"),
     (lambda d: d["profiles"]["default"].__setitem__("final_reserve_min", "soon"), "profiles.default.final_reserve_min"),
     (lambda d: d["rules"][0].__setitem__("id", "Bad Id"), "rules.0.id"),
-    (lambda d: d["profiles"]["default"]["phases"][0].__setitem__("share", 0.5), "profiles.default.phases"),
+    (lambda d: d["profiles"]["default"]["phases"][0].__setitem__("share", 0), "profiles.default.phases.0.share"),
+    (lambda d: d["profiles"]["default"]["phases"][4].__setitem__("share", 0.05), "profiles.default.phases"),
+    (lambda d: d["profiles"]["default"]["phases"][0].__setitem__("name", "scouting"), "profiles.default.phases"),
+    (lambda d: d["profiles"]["default"].pop("strict"), "profiles.default"),
+    (lambda d: d["phases"]["baseline"]["rules"].append("no-such-rule"), "phases.baseline.rules"),
+    (lambda d: d["phases"]["recon"].pop("next"), "phases.recon"),
+    (lambda d: d["phases"]["iterate"].pop("after_all_gates"), "phases"),
 ])
 def test_broken_rules_file_names_the_field(tmp_path, mutate, field):
     data = yaml.safe_load((ROOT / "rules" / "rules.yaml").read_text())
@@ -61,10 +69,46 @@ def test_broken_rules_file_names_the_field(tmp_path, mutate, field):
 
 def test_broken_rules_file_through_the_cli(tmp_path):
     bad = tmp_path / "rules.yaml"
-    bad.write_text("version: 1\nrules: []\nprofiles: {}\n")
+    data = yaml.safe_load((ROOT / "rules" / "rules.yaml").read_text())
+    bad.write_text(yaml.safe_dump({**data, "rules": []}))
     r = subprocess.run([sys.executable, "-m", "aci.cli", "status"], capture_output=True, text=True, cwd=tmp_path,
                        env={**__import__("os").environ, "ACI_RULES": str(bad)})
     assert r.returncode == 2 and "field rules" in r.stderr
+
+
+def test_phase_plan_gives_the_reserve_phase_the_reserve():
+    prof = rules.load("posttrainbench").profile
+    at_budget = [(p.name, round(m, 6)) for p, m in prof.allocation(600)]
+    assert at_budget == [("recon", 30), ("baseline", 30), ("first-model", 120), ("iterate", 375), ("submit", 45)]
+    short = dict((p.name, m) for p, m in prof.allocation(120))  # a 2-hour run: same reserve, work split by share
+    assert short["submit"] == 45 and abs(sum(short.values()) - 120) < 1e-9
+    assert abs(short["first-model"] / short["recon"] - 4) < 1e-9
+
+
+def test_guidance_and_protected_files_come_from_the_rules_file(tmp_path, workdir, monkeypatch):
+    data = yaml.safe_load((ROOT / "rules" / "rules.yaml").read_text())
+    data["phases"]["baseline"]["next"] = ["Score the base model: aci eval-checkpoint evaluate --checkpoint base."]
+    data["phases"]["baseline"]["rules"] = ["keep-best"]
+    next(r for r in data["rules"] if r["id"] == "no-eval-edits")["protects"] = ["grader.py"]
+    data["profiles"]["default"]["strict"] = True
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    monkeypatch.setenv("ACI_RULES", str(path))
+    (workdir / "grader.py").write_text("print('grade')\n")
+    (workdir / "evaluate.py").write_text("print('eval')\n")
+    out = _init(workdir)
+    assert set(out.card["protected"]) == {"grader.py"}
+    assert out.next_actions == ["Read the eval command's grader and templates/; note answer format, sample count "
+                                "and time per eval.", "Record it: aci log-state append --kind benchmark-card "
+                                "--message '<format, grader, pitfalls>'."]
+    from aci import registry
+
+    registry.call("log-state", {"kind": "benchmark-card", "message": "last number"}, Context(workdir=workdir))
+    state = registry.call("status", {}, Context(workdir=workdir)).state
+    assert state.current_phase == "baseline"
+    assert state.next_actions == data["phases"]["baseline"]["next"]
+    assert [r.split(":")[0] for r in state.rules_now] == ["keep-best"]
+    assert Context(workdir=workdir).rules.strict
 
 
 @pytest.mark.parametrize("text,minutes", [
@@ -83,7 +127,8 @@ def test_unreadable_timer_is_an_error():
 
 def test_deadline_from_timer_beats_the_card(workdir):
     (workdir / "timer.sh").write_text('echo "Remaining time (hours:minutes):"\necho "2:30"\n')
-    card = {"started_at": "2020-01-01T00:00:00+00:00", "budget_hours": 10}
+    card = records.RunCard(base_model="m", benchmark="b", workdir=str(workdir), budget_hours=10,
+                           started_at="2020-01-01T00:00:00+00:00")
     clk = clock_for(workdir, card, 45)
     assert clk.source == "timer.sh"
     assert timedelta(minutes=149) < clk.left() <= timedelta(minutes=150)
@@ -130,6 +175,32 @@ def test_stop_guard_releases_in_final_reserve(workdir):
     assert stop_decision(Context(workdir=workdir)) is None
 
 
+# The shape of PostTrainBench's template choice in evaluate.py: BFCL names the tool-calling Gemma template.
+_PICK = """def template_for(kind):
+    if kind == 'qwen':
+        name = 'qwen3.jinja'
+    elif kind == 'gemma':
+        name = '{gemma}'
+    return name
+"""
+
+
+@pytest.mark.parametrize("gemma", ["gemma3.jinja", "gemma3_tool_calling.jinja"])
+def test_plan_takes_the_template_the_evaluation_script_names(workdir, gemma):
+    (workdir / "evaluate.py").write_text(_PICK.format(gemma=gemma))
+    (workdir / "templates").mkdir()
+    for name in ("qwen3.jinja", "gemma3.jinja", "gemma3_tool_calling.jinja"):
+        (workdir / "templates" / name).write_text("{{ messages }}")
+    assert _init(workdir, base_model="google/gemma-3-4b-pt").card["template"] == f"templates/{gemma}"
+
+
+def test_plan_falls_back_to_the_family_template_without_a_script(workdir):
+    (workdir / "templates").mkdir()
+    for name in ("gemma3.jinja", "gemma3_tool_calling.jinja"):
+        (workdir / "templates" / name).write_text("{{ messages }}")
+    assert _init(workdir, base_model="google/gemma-3-4b-pt").card["template"] == "templates/gemma3.jinja"
+
+
 def test_plan_records_eval_file_hashes_and_flags_edits(workdir):
     (workdir / "evaluate.py").write_text("print('eval')\n")
     (workdir / "templates").mkdir()
@@ -142,3 +213,25 @@ def test_plan_records_eval_file_hashes_and_flags_edits(workdir):
 
     status = registry.call("status", {}, Context(workdir=workdir))
     assert any("no-eval-edits" in r for r in status.run.reminders)
+
+
+def test_a_deadline_without_time_zone_is_local_time_and_said_so(workdir):
+    """Through the MCP server running in UTC+05:30: 18:00 typed there means 18:00+05:30, not 18:00 UTC."""
+    import asyncio
+
+    from tests.conftest import mcp_client
+
+    async def go():
+        async with mcp_client(workdir, env={"TZ": "Asia/Kolkata"}) as c:
+            r = await c.call_tool("plan", {"action": "init", "base_model": "base", "benchmark": "toy",
+                                           "deadline": "2031-01-01T18:00:00"})
+            assert not r.is_error, r.content
+            return r.structured_content
+
+    out = asyncio.run(go())
+    assert out["card"]["deadline"] == "2031-01-01T18:00:00+05:30"
+    assert any("no time zone" in w and "local time" in w for w in out["warnings"])
+    aware = _init(workdir, force=True, deadline="2031-01-01T18:00:00Z")
+    assert aware.card["deadline"] in ("2031-01-01T18:00:00Z", "2031-01-01T18:00:00+00:00") and not aware.warnings
+    with pytest.raises(ACIError, match="not an ISO date-time"):
+        _init(workdir, force=True, deadline="tomorrow at six")

@@ -45,8 +45,9 @@ def test_stdio_server_lists_tools_and_answers(workdir):
             # 5 % of 1319 items is over the absolute minimum of 32
             assert "66 samples" in next(g["evidence"] for g in s["gates"] if g["name"] == "baseline")
 
-            bad = await c.call_tool("plan", {"action": "init", "base_model": "x", "benchmark": "y"})
-            assert bad.is_error and "already exists" in bad.content[0].text
+            again = await c.call_tool("plan", {"action": "init", "base_model": "x", "benchmark": "gsm8k"})
+            assert not again.is_error and again.structured_content["card"]["base_model"] == "base"
+            assert any("kept the card's base_model" in w for w in again.structured_content["warnings"])
 
             resources = {str(x.uri) for x in (await c.list_resources()).resources}
             assert "skill://posttrain" in resources and "rules://integrity" in resources
@@ -109,6 +110,101 @@ def test_streamable_http_on_loopback(workdir):
         names, r = asyncio.run(go())
         assert {"plan", "status", "log-state"} <= names and not r.is_error
         assert r.structured_content["state"]["has_run_card"] is False
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_stdio_server_serves_each_skill_with_its_description_and_references_and_prompts_with_named_arguments(workdir):
+    """Resources carry each file's own description (a skill's front matter) and every reference file;
+    prompts take named arguments, and a workflow rendered with them starts from the user's words."""
+    from aci import bundle
+
+    typed = "python evaluate.py --model-path final_model --limit -1"
+
+    async def go():
+        async with mcp_client(workdir) as c:
+            resources = {str(r.uri): r for r in (await c.list_resources()).resources}
+            prompts = {p.name: p for p in (await c.list_prompts()).prompts}
+            ref = (await c.read_resource("skill://recon/references/gsm8k.md")).contents[0].text
+            rendered = await c.get_prompt("workflow-posttrain", {"eval_command": typed, "benchmark": "gsm8k"})
+            bare = await c.get_prompt("workflow-recover", {})
+            try:
+                await c.get_prompt("workflow-posttrain", {"p": "x"})
+                unknown = None
+            except Exception as e:  # the SDK raises the server's error
+                unknown = str(e)
+            return resources, prompts, ref, rendered, bare, unknown
+
+    resources, prompts, ref, rendered, bare, unknown = asyncio.run(go())
+    recon = resources["skill://recon"]
+    front = bundle.description(bundle.path("skills", "recon", "SKILL.md").read_text())
+    assert recon.description == front and front.startswith("Read a benchmark") and recon.mime_type == "text/markdown"
+    refs = sorted(bundle.path("skills", "recon", "references").glob("*.md"))
+    assert {f"skill://recon/references/{p.name}" for p in refs} <= set(resources) and len(refs) >= 8
+    assert resources["skill://recon/references/gsm8k.md"].description == "GSM8K card"
+    assert ref == bundle.path("skills", "recon", "references", "gsm8k.md").read_text()
+    assert all(r.description for r in resources.values()), "every resource says what it is for"
+
+    args = {a.name: a for a in prompts["workflow-posttrain"].arguments}
+    assert set(args) == {"eval_command", "base_model", "benchmark"} and all(a.description for a in args.values())
+    assert not any(a.required for a in args.values())
+    assert {a.name for a in prompts["workflow-self-improvement"].arguments} == {"tasks", "checkpoint", "grader"}
+    assert not prompts["workflow-recover"].arguments
+    text = rendered.messages[0].content.text
+    assert f"--eval-command '{typed}'" in text and "--benchmark gsm8k" in text and "<base-model>" in text
+    assert text.endswith(bundle.path("workflows", "posttrain.md").read_text())
+    assert bare.messages[0].content.text.endswith(bundle.path("workflows", "recover.md").read_text())
+    assert unknown is not None and "eval_command" in unknown, unknown
+
+
+def test_http_beyond_loopback_needs_an_explicit_flag_and_a_bearer_token(workdir):
+    import json
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    refused = subprocess.run([sys.executable, "-m", "aci.cli", "serve", "--http", "--host", "0.0.0.0"], cwd=workdir,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--allow-remote" in refused.stderr and "token" in refused.stderr
+    refused = subprocess.run([sys.executable, "-m", "aci.cli", "serve", "--http", "--host", "0.0.0.0",
+                              "--allow-remote"], cwd=workdir, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "token" in refused.stderr
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    import os
+
+    proc = subprocess.Popen([sys.executable, "-m", "aci.cli", "serve", "--http", "--host", "0.0.0.0", "--port",
+                             str(port), "--allow-remote"], cwd=workdir, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**os.environ, "ACI_HTTP_TOKEN": "s3cret"})
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+
+    def post(token: str | None) -> int:
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=hello, headers=headers, method="POST")
+        try:
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert (post(None), post("wrong"), post("s3cret")) == (401, 401, 200)
     finally:
         proc.terminate()
         proc.wait(10)

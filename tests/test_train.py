@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -13,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from aci import records
+from aci.evaluation import identity
 from aci.state import read_jsonl
 from tests.conftest import mcp_client
-from tests.train_helpers import FAST, make_run, no_stray_jobs  # noqa: F401 (fixture)
+from tests.train_helpers import FAST, ctx_for, make_run, no_stray_jobs  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -96,6 +98,7 @@ def test_sft_full_lora_and_grpo_jobs_through_mcp(run, tiny_model):
     for e in (e for i in ids for e in by_job[i]):
         records.CheckpointEntry.model_validate(e)
         assert e["parent"] == "base" and Path(e["path"]).is_dir() and e["adapter"] == (e["job"] == ids[1])
+        assert e["content_hash"] and identity.verify(ctx_for(run), e, Path(e["path"])) is None  # pinned as saved
     assert [c["checkpoint"] for c in views[ids[0]]["checkpoints"]] == [e["checkpoint"] for e in by_job[ids[0]]]
 
     # checkpoints carry the evaluation's template and stop generating at its end-of-turn token
@@ -134,5 +137,10 @@ def test_dry_run_measures_throughput_with_a_short_job(run):
     est = out.checks["estimate"]
     assert est["rate_source"] == f"measured now by job {out.job.id}" and est["tokens_per_s"] > 0
     assert out.job.status == "succeeded" and out.job.progress["step"] == 2
+    # the tiny model is untrained: its first loss sits at chance, and the dry run says what that means
+    vocab = out.job.progress["vocab_size"]
+    assert out.checks["first_loss"] == out.job.progress["first_loss"] >= 0.75 * math.log(vocab)
+    note = next(w for w in out.warnings if "sits at chance" in w)
+    assert f"ln {vocab:,}" in note and "has not learned this task's format" in note and "learning rate" in note
     assert not (run / "checkpoints" / out.job.id).exists()  # a measurement saves no checkpoint
     assert not [e for e in read_jsonl(run / "state" / records.CHECKPOINTS) if e.get("job") == out.job.id]

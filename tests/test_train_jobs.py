@@ -93,3 +93,51 @@ def test_a_recycled_pid_is_not_mistaken_for_the_job(tmp_path):
     assert jobs._alive(me) and jobs._alive(me, jobs._start_time(me))
     assert not jobs._alive(me, jobs._start_time(me) + 1)  # same pid, another process
     assert not jobs._alive(None)
+
+
+@pytest.mark.usefixtures("no_stray_jobs")
+def test_two_simultaneous_starts_launch_one_train_job(tmp_path, tiny_model, monkeypatch):
+    """The one-train-job check runs under the state lock: two `aci train start` at once cannot both pass."""
+    import sys
+
+    monkeypatch.delenv("ACI_STATE", raising=False)
+    make_run(tmp_path, tiny_model, profile="default", contamination=None)
+    args = [sys.executable, "-m", "aci.cli", "train", "start", "--data", "sft.jsonl", "--max-steps", "100000",
+            "--save-steps", "100000", "--max-length", "64", "--batch-size", "2", "--check-samples", "4"]
+    procs = [subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert sorted(rc for rc, _ in results) == [0, 2], results
+    assert "is still running" in next(err for rc, err in results if rc == 2)
+    assert len(call(tmp_path, action="list").jobs) == 1
+
+
+def test_job_ids_cannot_leave_the_jobs_folder(workdir, tiny_model):
+    """`train stop --job ../../x` over MCP must not signal whatever pid a job.json outside state/jobs names."""
+    import asyncio
+    import json
+    import time
+
+    from tests.conftest import mcp_client
+
+    make_run(workdir, tiny_model, profile="default", contamination=None)
+    victim = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        fake = workdir / "elsewhere"
+        fake.mkdir()
+        (fake / "job.json").write_text(json.dumps({
+            "id": "x", "kind": "train", "command": ["sleep"], "started_at": "2030-01-01T00:00:00+00:00",
+            "pid": victim.pid, "pid_start": jobs._start_time(victim.pid)}))
+
+        async def go():
+            async with mcp_client(workdir) as c:
+                return [await c.call_tool("train", {"action": action, "job": "../../elsewhere"})
+                        for action in ("stop", "status")]
+
+        for r in asyncio.run(go()):
+            assert r.is_error and "is not a job id" in r.content[0].text, r.content
+        time.sleep(0.5)
+        assert victim.poll() is None  # still alive: nothing was signalled
+    finally:
+        victim.kill()
+        victim.wait()

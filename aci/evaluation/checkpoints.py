@@ -1,10 +1,14 @@
 """Checkpoint ids, where their files are, where they came from, and what their evaluations say.
 
 Ids: `base` is the run card's base model; a training job registers each checkpoint it saves as
-`{"type": "registered", "checkpoint": "<job>/checkpoint-<step>", "path", "parent", "adapter"}` in
-`checkpoints.jsonl`. A folder inside the allowed roots can be named by path; it is registered on first
-use (its parent given, or read from a LoRA adapter's `base_model_name_or_path` when that is the base
-model). "Derived from the base model" (rule `base-model-only`) means the `parent` chain reaches `base`.
+`{"type": "registered", "checkpoint": "<job>/checkpoint-<step>", "path", "parent", "adapter",
+"content_hash", "files"}` in `checkpoints.jsonl`. A folder inside the allowed roots can be named by
+path; it is registered on first use (its parent given, or read from a LoRA adapter's
+`base_model_name_or_path` when that is the base model). "Derived from the base model" (rule
+`base-model-only`) means the `parent` chain reaches `base`; under a strict profile a registration with a
+parent must show evidence for it (`identity.provenance`). Every registration pins its folder's content
+(`identity.pin`), and resolving a registered checkpoint verifies it, so evaluation, training and
+promotion refuse a folder that changed since.
 """
 
 from __future__ import annotations
@@ -12,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aci import records
+from aci import records, sampling
 from aci.context import Context
 from aci.errors import ACIError
-from aci.evaluation import folder
+from aci.evaluation import folder, identity
 from aci.state import iso
 
 BASE = "base"
@@ -28,6 +32,10 @@ class Checkpoint:
     parent: str | None
     adapter: bool
     new: bool = False  # not yet registered: the caller writes `registration()` with its event
+    pin: dict | None = None  # `identity.pin` of `root` at registration (None: base, or registered unpinned)
+    root: str | None = None  # the registered folder (`path` may be its merged/ copy)
+    evidence: str | None = None  # why a new registration is believed to descend from its parent
+    sampling: dict | None = None  # `<id>@<settings>`: written into generation_config.json (aci.sampling)
 
     @property
     def local(self) -> Path | None:
@@ -35,11 +43,16 @@ class Checkpoint:
         return p if p.is_dir() else None
 
     def registration(self) -> dict:
-        ts = iso()
-        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=ts, path=self.path,
-                                        parent=self.parent, adapter=self.adapter)
-        # `ts` as state writes it everywhere (pydantic would write "Z", which Python 3.10 cannot parse back)
-        return entry.model_dump(mode="json", include={"type", "checkpoint", "path", "parent", "adapter"}) | {"ts": ts}
+        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=iso(), path=self.path,
+                                        parent=self.parent, adapter=self.adapter, **(self.pin or {}))
+        keep = {"type", "checkpoint", "ts", "path", "parent", "adapter", "content_hash", "files"}
+        return entry.model_dump(mode="json", include=keep, exclude_none=True) | (
+            {"evidence": self.evidence} if self.evidence else {})
+
+    def verify(self, ctx: Context) -> None:
+        """Refuse the checkpoint when its folder no longer has the content it was registered with."""
+        if self.pin and self.root:
+            identity.verify(ctx, {"checkpoint": self.id, **self.pin}, Path(self.root))
 
 
 def registered(ctx: Context) -> dict[str, dict]:
@@ -49,12 +62,24 @@ def registered(ctx: Context) -> dict[str, dict]:
 
 def base(ctx: Context) -> Checkpoint:
     card = ctx.require_card()
-    local = folder.local_dir(card["base_model"], ctx.workdir)
-    return Checkpoint(BASE, str(local) if local else card["base_model"], None, False)
+    local = folder.local_dir(card.base_model, ctx.workdir)
+    return Checkpoint(BASE, str(local) if local else card.base_model, None, False)
 
 
 def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
-    """The checkpoint named by an id or a folder path; a new path is registered with `parent`."""
+    """The checkpoint named by an id or a folder path; a new path is registered with `parent`.
+
+    `<ref>@<settings>` (e.g. `job/checkpoint-200@temperature=0.6,top_p=0.95`) is `<ref>` decoded with those
+    sampling settings: its own id and evaluations, the same files, `<ref>` as its parent."""
+    plain, settings = sampling.split(ref)
+    if settings is not None:
+        ck = resolve(ctx, plain, parent)
+        if ck.sampling is not None:
+            raise ACIError(f"{ref!r} names sampling settings twice")
+        if ck.new:
+            raise ACIError(f"register {plain!r} first (evaluate it once), then name its sampling variant")
+        return Checkpoint(f"{ck.id}@{sampling.name(settings)}", ck.path, ck.id, ck.adapter, pin=ck.pin, root=ck.root,
+                          sampling=settings)
     if ref == BASE:
         return base(ctx)
     known = registered(ctx)
@@ -72,28 +97,53 @@ def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
     if not path.is_dir() or not (folder.is_adapter(path) or (path / folder.CONFIG).is_file()):
         raise ACIError(f"{ref!r} is neither a checkpoint id ({', '.join([BASE, *known][:8])}) nor a model folder "
                        f"(a folder with config.json or adapter_config.json)")
-    if parent is None and folder.is_adapter(path):
-        declared = (folder.read_json(path / "adapter_config.json") or {}).get("base_model_name_or_path")
-        card_base = ctx.require_card()["base_model"]
-        if declared and (declared == card_base or folder.local_dir(declared, ctx.workdir) == base(ctx).local):
-            parent = BASE
     if parent is not None and parent != BASE and parent not in known:
         raise ACIError(f"parent {parent!r} is not a known checkpoint id (known: {', '.join([BASE, *known][:8])})")
+    evidence = None
+    if ctx.rules.strict:
+        parent, evidence = identity.provenance(ctx, path, parent, derived_folders(ctx))
+        if parent is not None and not folder.is_adapter(path):
+            reference = base(ctx).local if parent == BASE else resolve(ctx, parent).local
+            identity.same_architecture(ctx, str(path.name), path, reference, f"its parent {parent}")
+    elif parent is None and folder.is_adapter(path):
+        declared = (folder.read_json(path / "adapter_config.json") or {}).get("base_model_name_or_path")
+        card_base = ctx.require_card().base_model
+        if declared and (declared == card_base or folder.local_dir(declared, ctx.workdir) == base(ctx).local):
+            parent = BASE
     try:
         cid = str(path.relative_to(ctx.workdir))
     except ValueError:
         cid = str(path)
-    return Checkpoint(cid, str(path), parent, folder.is_adapter(path), new=True)
+    return Checkpoint(cid, str(path), parent, folder.is_adapter(path), new=True, pin=identity.pin(path),
+                      root=str(path), evidence=evidence)
+
+
+def derived_folders(ctx: Context) -> dict[str, Path]:
+    """Registered checkpoints derived from the base model, by id, with their folders."""
+    known = registered(ctx)
+    out = {}
+    for cid, e in known.items():
+        chain, cur = {cid}, e.get("parent")
+        while cur not in (None, BASE) and cur not in chain:
+            chain.add(cur)
+            cur = known.get(cur, {}).get("parent")
+        if cur == BASE and e.get("path"):
+            out[cid] = (ctx.workdir / e["path"]).resolve()
+    return out
 
 
 def _from_entry(ctx: Context, e: dict) -> Checkpoint:
-    """A registered checkpoint; a LoRA one the trainer also saved merged (`merged`) is used as that full model."""
-    merged = ctx.workdir / e["merged"] if e.get("merged") else None
-    if merged is not None and (merged / folder.CONFIG).is_file():
-        return Checkpoint(e["checkpoint"], str(merged.resolve()), e.get("parent"), False)
+    """A registered checkpoint, its content verified against its pin (see `identity.verify`); a LoRA one the
+    trainer also saved merged (`merged`) is used as that full model."""
     if not e.get("path"):
         raise ACIError(f"checkpoint {e['checkpoint']!r} is registered without a path")
-    return Checkpoint(e["checkpoint"], str((ctx.workdir / e["path"]).resolve()), e.get("parent"), bool(e.get("adapter")))
+    root = (ctx.workdir / e["path"]).resolve()
+    pin = {k: e[k] for k in ("content_hash", "files") if k in e} or None
+    identity.verify(ctx, e, root)
+    merged = ctx.workdir / e["merged"] if e.get("merged") else None
+    if merged is not None and (merged / folder.CONFIG).is_file():
+        return Checkpoint(e["checkpoint"], str(merged.resolve()), e.get("parent"), False, pin=pin, root=str(root))
+    return Checkpoint(e["checkpoint"], str(root), e.get("parent"), bool(e.get("adapter")), pin=pin, root=str(root))
 
 
 def ancestry(ctx: Context, ck: Checkpoint) -> list[str]:
@@ -143,4 +193,4 @@ def comparable_pair(ctx: Context, a: str, b: str, prefer: dict | None = None) ->
 
 def min_samples(ctx: Context) -> int:
     """The rules' minimum sample count for a comparison (rule min-eval-samples)."""
-    return ctx.rules.min_samples((ctx.card or {}).get("benchmark_size"))
+    return ctx.rules.min_samples(ctx.card.benchmark_size if ctx.card else None)

@@ -3,14 +3,17 @@
 Single numbers mislead: 90 % and 74 % over two trials are not "82 %", and 0.53 against 0.50 on 150
 samples is noise. A comparison therefore states its method and is only `decided` when it can be:
 
-* **ranges** (both sides ran >= 2 trials): A beats B when A's lowest trial is above B's highest;
-  overlapping ranges mean the difference is not shown.
+* **ranges** (both sides ran >= 2 trials that differ): A beats B when A's lowest trial is above B's
+  highest; overlapping ranges mean the difference is not shown. Trials that all scored the same (a
+  greedy, deterministic evaluator) carry no spread, and two such ranges a single item apart would
+  "decide" on noise, so then the tests below decide instead.
 * **paired bootstrap** (per-sample scores on the same items, e.g. a dev set or an lm-eval task):
   A beats B when the one-sided 95 % lower bound of the mean per-item difference is above 0.
 * **two-proportion z-test** (scores are proportions in [0, 1] and sample counts are known, e.g.
   `evaluate.py` accuracies): A beats B at one-sided p < 0.05.
 
-Evaluations with fewer samples than the rules' minimum are never decided (rule `min-eval-samples`).
+Evaluations with fewer samples than the rules' minimum, or whose sample count is unknown (the eval
+command reported none and no `--limit` was given), are never decided (rule `min-eval-samples`).
 """
 
 from __future__ import annotations
@@ -108,13 +111,20 @@ def compare(a_id: str, a: dict, a_samples: dict[str, float] | None, b_id: str, b
         a_range=a.get("range"), b_range=b.get("range"), a_samples=a.get("samples"), b_samples=b.get("samples"),
         delta=a["score"] - b["score"], a_eval=a.get("eval_id"), b_eval=b.get("eval_id"),
     )
-    short = [f"{cid} has {n}" for cid, n in ((a_id, a.get("samples")), (b_id, b.get("samples"))) if n is not None and n < minimum]
+    counts = ((a_id, a.get("samples")), (b_id, b.get("samples")))
+    unknown = [cid for cid, n in counts if n is None]
+    if unknown:
+        return Comparison(**base, method="none", decided=False, beats=False,
+                          reason=f"the sample count of {' and '.join(unknown)} is unknown (the eval command reported "
+                                 f"none and no --limit was given; rule min-eval-samples): evaluate both with "
+                                 f"--limit {minimum} or more")
+    short = [f"{cid} has {n}" for cid, n in counts if n < minimum]
     if short:
         return Comparison(**base, method="none", decided=False, beats=False,
                           reason=f"too few samples to compare ({', '.join(short)}; the minimum is {minimum}, "
                                  f"rule min-eval-samples): evaluate both with --limit {minimum} or more")
     ka, kb = len(a.get("scores") or []), len(b.get("scores") or [])
-    if ka >= 2 and kb >= 2:
+    if ka >= 2 and kb >= 2 and _spread(a["range"]) and _spread(b["range"]):
         lo_a, hi_b = a["range"][0], b["range"][1]
         beats = lo_a > hi_b
         worse = a["range"][1] < b["range"][0]
@@ -146,6 +156,10 @@ def compare(a_id: str, a: dict, a_samples: dict[str, float] | None, b_id: str, b
     return Comparison(**base, method="none", decided=False, beats=False,
                       reason="no test applies (scores outside [0, 1] and no per-sample scores): "
                              "run --trials 2 or more on both so their ranges can be compared")
+
+
+def _spread(r) -> bool:
+    return r[1] - r[0] > 1e-12
 
 
 def _fmt(r) -> str:

@@ -105,9 +105,20 @@ class LastNumber(Grader):
         return wrong_number(gold_answer(task, self.name)) or "", None
 
 
-class Choice(Grader):
-    """A multiple-choice letter: `ANSWER: B`, `the answer is (B)`, a lone `B`, or the last `(B)`.
+# How the evaluation reads a letter (inspect_ai's `multiple_choice` solver, which PostTrainBench's GPQA
+# uses; checked against inspect_ai 0.3.150, tests/data/inspect_choice_cases.json): the first line that
+# starts `ANSWER:` and holds only letters, digits, spaces and commas up to its end or a period; else the
+# first `answer:` anywhere followed by such a run. The run, stripped, must be one allowed letter.
+_ANSWER_LINE = re.compile(r"^answer\s*:\s*([a-z\d ,]+)\s*(?:$|\.)", re.IGNORECASE | re.MULTILINE)
+_ANSWER_ANYWHERE = re.compile(r"answer\s*:\s*([a-z\d ,]+)(?:\W|$)", re.IGNORECASE)
 
+
+class Choice(Grader):
+    """A multiple-choice letter, read as the evaluation reads it: the first `ANSWER: X` line.
+
+    Exactly the rule of inspect_ai's `multiple_choice` scorer (PostTrainBench's GPQA), so a reply scores
+    here what it scores there: `ANSWER: C` counts, `ANSWER: c`, `ANSWER: (C)`, `ANSWER: C is right`,
+    `The answer is (C)` and a lone `C` do not, and a second `ANSWER:` line never overrides the first.
     Options: `letters` (allowed letters, default A-D, widened to reach the gold letter).
     """
 
@@ -126,22 +137,14 @@ class Choice(Grader):
             raise ACIError(f"task {task.get('id')!r}: grader choice needs a letter as gold.answer, got {raw!r}")
         return raw
 
-    def extract(self, response: str, letters: str) -> str | None:
-        """Upper-case letters after `answer:` / `answer is` (so `Answer: a dog` is no choice), else a
-        lone letter of either case, else the last `(X)`."""
-        strong = [
-            rf"(?m)^[ \t]*\**(?i:answer)\**[ \t]*:[ \t]*\**\(?([{letters}])\)?(?![A-Za-z])",
-            rf"(?i:answer is)[ \t:]*\**\(?([{letters}])\)?(?![A-Za-z])",
-        ]
-        for pattern in strong:
-            found = re.findall(pattern, response)
-            if found:
-                return found[-1]
-        lone = re.fullmatch(rf"\s*\(?([{letters}{letters.lower()}])\)?\.?\s*", response)
-        if lone:
-            return lone.group(1).upper()
-        found = re.findall(rf"\(([{letters}])\)", response)
-        return found[-1] if found else None
+    @staticmethod
+    def extract(response: str, letters: str) -> str | None:
+        """The letter the evaluation reads (see `_ANSWER_LINE`), None when it reads none."""
+        found = _ANSWER_LINE.search(response) or _ANSWER_ANYWHERE.search(response)
+        if found is None:
+            return None
+        run = found.group(1).strip()
+        return run if len(run) == 1 and run in letters else None
 
     def _score(self, task, response, tool_calls):
         letters = self._letters(task)

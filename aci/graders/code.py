@@ -1,10 +1,11 @@
-"""The unit-test grader: run the response's code plus the task's tests in a limited subprocess.
+"""The unit-test grader: the response's code, then the task's tests, in a sandboxed subprocess.
 
-The program runs in a fresh temporary folder under a wall-clock limit (the whole process group is
-killed when it runs out, so `while True: pass` or a forked child cannot hang the caller), a CPU-time
-limit and an address-space limit (`resource.setrlimit`, set inside the child by a small runner so no
-`preexec_fn` is needed in a threaded server). Output goes to files, so a flood of prints costs disk,
-not memory.
+A pass needs proof that every test ran, not exit status 0: `aci/graders/harness.py` writes a per-run
+random token to a private pipe after the last test statement returned (see its docstring for what the
+response can and cannot patch). The process group is killed at the wall-clock limit (`while True:
+pass`), and the harness sets CPU-time, address-space, file-size (an endless `print` ends at the limit)
+and process-count limits, plus, where the kernel allows, new PID and network namespaces (no network;
+nothing the code started outlives it). Output goes to files, so a flood costs bounded disk, not memory.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -23,17 +25,9 @@ from aci.errors import ACIError
 from aci.graders.base import Grader, Response, Score, gold, gold_answer, short
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.S | re.I)
-
-_RUNNER = """\
-import resource, runpy, sys
-mem = int(sys.argv[2])
-if mem > 0:
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-cpu = int(sys.argv[3])
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-sys.argv = [sys.argv[1]]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+HARNESS = Path(__file__).with_name("harness.py")
+OUTPUT_MB = 16  # per file the code writes, stdout and stderr included
+MAX_PROCESSES = 64
 
 
 def extract_code(response: str) -> str:
@@ -57,11 +51,12 @@ def stub_functions(code: str) -> str | None:
 
 
 class UnitTests(Grader):
-    """The response's python code followed by gold.tests runs without error (exit 0) within the limits.
+    """The tests in gold.tests pass on the response's python code, proven by the harness (see the module).
 
     Options: `timeout` (seconds of wall-clock time, default 10), `memory_mb` (address-space limit,
-    default 1024; 0 = none). The gold is gold.answer (a reference solution); the corruption is that
-    solution with every function stubbed to `return None`, so tests that check nothing let it pass.
+    default 1024; 0 = none), `max_processes` (default 64). The gold is gold.answer (a reference
+    solution); the corruption is that solution with every function stubbed to `return None`, so tests
+    that check nothing let it pass.
     """
 
     name = "unit-tests"
@@ -70,8 +65,9 @@ class UnitTests(Grader):
         super().__init__(spec)
         self.timeout = float(self.option("timeout", 10))
         self.memory_mb = int(self.option("memory_mb", 1024))
-        if self.timeout <= 0 or self.memory_mb < 0:
-            raise ACIError("unit-tests grader: timeout must be > 0 and memory_mb >= 0")
+        self.max_processes = int(self.option("max_processes", MAX_PROCESSES))
+        if self.timeout <= 0 or self.memory_mb < 0 or self.max_processes < 1:
+            raise ACIError("unit-tests grader: timeout must be > 0, memory_mb >= 0 and max_processes >= 1")
 
     def _tests(self, task) -> str:
         tests = gold(task).get("tests")
@@ -84,7 +80,7 @@ class UnitTests(Grader):
         code = extract_code(response)
         if not code.strip():
             return Score.of(0, "no code in the response")
-        return run_python(code + "\n\n" + tests, self.timeout, self.memory_mb)
+        return run_tests(code, tests, self.timeout, self.memory_mb, self.max_processes)
 
     def gold(self, task) -> Response:
         self._tests(task)
@@ -96,38 +92,88 @@ class UnitTests(Grader):
         return f"```python\n{stub if stub is not None else 'pass'}\n```", None
 
 
-def run_python(program: str, timeout: float, memory_mb: int) -> Score:
-    """Run `program` under the limits; exit 0 scores 1, anything else 0 with the error's last line."""
+def _process_budget(extra: int) -> int:
+    """RLIMIT_NPROC for the harness: as root it counts a uid of its own (see harness.py), otherwise every
+    process of the caller's uid, so the budget is those plus `extra`."""
+    if os.geteuid() == 0:
+        return extra
+    uid, mine = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                mine += entry.stat().st_uid == uid
+            except OSError:
+                continue
+    return mine + extra
+
+
+def run_tests(code: str, tests: str, timeout: float, memory_mb: int, max_processes: int = MAX_PROCESSES) -> Score:
+    """Run `code` then `tests` in the harness; 1 only when the harness proves the last test returned."""
+    token = secrets.token_hex(16).encode()
     with tempfile.TemporaryDirectory(prefix="aci-grade-") as tmp:
         folder = Path(tmp)
-        (folder / "runner.py").write_text(_RUNNER)
-        (folder / "program.py").write_text(program)
+        (folder / "solution.py").write_text(code, encoding="utf-8")
+        (folder / "tests.py").write_text(tests, encoding="utf-8")
         cpu = max(1, int(timeout) + 1)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1",
                "PYTHONHASHSEED": "0", "HOME": tmp}
+        token_r, token_w = os.pipe()
+        done_r, done_w = os.pipe()
+        open_fds = {token_r, token_w, done_r, done_w}
+
+        def close(fd: int) -> None:
+            if fd in open_fds:
+                open_fds.discard(fd)
+                os.close(fd)
+
+        args = [str(token_r), str(done_w), str(memory_mb << 20), str(cpu), str(OUTPUT_MB << 20),
+                str(_process_budget(max_processes))]
         start = time.monotonic()
-        with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "runner.py", "program.py", str(memory_mb << 20), str(cpu)],
-                cwd=folder, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, start_new_session=True,
-            )
+        try:
+            os.write(token_w, token)
+            close(token_w)
+            with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
+                proc = subprocess.Popen(
+                    [sys.executable, "-I", str(HARNESS), *args], cwd=folder, stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=err, env=env, start_new_session=True, pass_fds=(token_r, done_w),
+                )
+                close(token_r)
+                close(done_w)
+                try:
+                    rc = proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    return Score.of(0, f"timeout: killed after {timeout:g} s time limit")
+                finally:
+                    _kill_group(proc)  # children it left behind (the PID namespace takes the rest)
+            os.set_blocking(done_r, False)
             try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                return Score.of(0, f"timeout: killed after {timeout:g} s time limit")
-            finally:
-                _kill_group(proc)  # children it left behind
+                said = os.read(done_r, 4096)
+            except BlockingIOError:
+                said = b""
+        finally:
+            for fd in list(open_fds):
+                close(fd)
         elapsed = time.monotonic() - start
         tail = (folder / "stderr").read_bytes()[-4000:].decode("utf-8", "replace").strip()
-    if rc == 0:
+    proven = token + b" done" in said.splitlines()
+    if rc == 0 and proven:
         return Score.of(1, f"tests passed in {elapsed:.2f} s")
+    return Score.of(0, _failure(rc, tail, timeout, elapsed, memory_mb))
+
+
+def _failure(rc: int, tail: str, timeout: float, elapsed: float, memory_mb: int) -> str:
     last = tail.splitlines()[-1] if tail else ""
-    if rc == -signal.SIGXCPU or rc == -signal.SIGKILL and elapsed < timeout:
-        return Score.of(0, f"killed at the CPU-time limit ({rc}): {short(last, 120)}")
+    sig = -rc if rc < 0 else rc - 128 if rc > 128 else None
+    if rc == 0:
+        return ("the program ended before the harness confirmed that every test ran (exit status 0 without the "
+                "completion token: an early sys.exit, os._exit or exit hook)")
+    if sig == signal.SIGXFSZ or "File too large" in last:
+        return f"output limit {OUTPUT_MB} MB per file exceeded: killed"
+    if sig == signal.SIGXCPU or sig == signal.SIGKILL and elapsed < timeout:
+        return f"killed at the CPU-time limit ({rc}): {short(last, 120)}"
     if "MemoryError" in last:
-        return Score.of(0, f"memory limit {memory_mb} MB exceeded: {short(last, 120)}")
-    return Score.of(0, f"tests failed (exit {rc}): {short(last, 200) or 'no error output'}")
+        return f"memory limit {memory_mb} MB exceeded: {short(last, 120)}"
+    return f"tests failed (exit {rc}): {short(last, 200) or 'no error output'}"
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -3,7 +3,9 @@
 The judge is asked for one JSON object `{"score": 0..1, "reason": ...}`. Anything else it says (no
 JSON, a score out of range, an HTTP error, a timeout) scores 0 with the reason, never an exception.
 The endpoint's host goes through a caller-supplied check before any request, so the `posttrainbench`
-profile can keep judges on loopback (rule `no-hosted-llm`).
+profile can keep judges on loopback (rule `no-hosted-llm`), and proxies from the environment
+(`http_proxy`, `https_proxy`) are ignored, as by the rollout's endpoint client: a checked loopback URL
+must not leave the machine through a proxy.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ DEFAULT_RUBRIC = ("Score 1 if the response fully and correctly answers the task 
 SYSTEM = ("You are a strict, impartial grader. Judge the RESPONSE to the TASK by the RUBRIC. Reply with exactly "
           'one JSON object and nothing else: {"score": <number from 0 to 1>, "reason": "<one short sentence>"}.')
 _THINK = re.compile(r"<think>.*?</think>", re.S)
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def chat_url(endpoint: str) -> str:
@@ -115,7 +118,7 @@ class Judge(Grader):
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
+            with _NO_PROXY.open(request, timeout=self.timeout) as reply:
                 data = json.loads(reply.read())
         except urllib.error.HTTPError as e:
             return Score.of(0, f"judge request failed: HTTP {e.code} {short(e.read().decode('utf-8', 'replace'), 100)}")

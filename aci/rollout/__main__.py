@@ -11,21 +11,20 @@ from pathlib import Path
 
 from aci.context import Context
 from aci.errors import ACIError
-from aci.rollout.runner import RolloutConfig, execute, throttled_progress
-from aci.state import read_json
+from aci.rollout.config import RolloutConfig
+from aci.rollout.runner import execute, throttled_progress
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m aci.rollout CONFIG.json", file=sys.stderr)
         return 2
-    raw = read_json(Path(argv[0]))
-    if raw is None:
+    cfg = RolloutConfig.read(Path(argv[0]))
+    if cfg is None:
         print(f"no config at {argv[0]}", file=sys.stderr)
         return 2
-    fields = {k: v for k, v in raw.items() if k in RolloutConfig.model_fields}
     try:
-        report = execute(Context(), RolloutConfig.model_validate(fields), progress=throttled_progress())
+        report = execute(Context(), cfg, progress=throttled_progress())
     except ACIError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -15,15 +15,20 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class Settings(BaseModel):
-    """Generation settings, recorded with each trial and sent with each request."""
+class Sampling(BaseModel):
+    """The sampling fields a caller sets (`run-trajectory --temperature ...`), defined once."""
 
     model_config = ConfigDict(extra="forbid")
 
     temperature: float | None = Field(None, ge=0, description="sampling temperature (0 = greedy)")
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1, description="new tokens per reply")
-    seed: int | None = Field(None, description="seed of trial 1; trial k uses seed + k - 1")
+    seed: int | None = Field(None, description="seed of trial 1 (trial k uses seed + k - 1)")
+
+
+class Settings(Sampling):
+    """Generation settings, recorded with each trial and sent with each request."""
+
     stop: list[str] | None = None
     extra: dict[str, Any] = Field(default_factory=dict, description="passed through to the endpoint body as is")
 

@@ -10,65 +10,24 @@ Metrics and exports are recomputed from the trial files at the end of every run.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from aci import jobs
 from aci.context import Context
 from aci.errors import ACIError
 from aci.rollout import export as export_mod
 from aci.rollout import integrity, metrics
+from aci.rollout.config import CONFIG, RolloutConfig
 from aci.rollout.loop import Limits, Rollout, RunCounts, read_traces, run
-from aci.rollout.policy import Settings
 from aci.state import atomic_write_json, read_json
 
-CONFIG = "config.json"
 METRICS = "metrics.json"
-
-
-class RolloutConfig(BaseModel):
-    """Everything a run needs, resolved (absolute paths), as saved in `<out>/config.json`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tasks: str
-    out: str
-    limit: int | None = None
-    endpoint: str | None = None
-    model: str | None = None
-    hf_model: str | None = None
-    serve_model: str | None = None
-    serve_port: int = 8000
-    serve_args: list[str] = Field(default_factory=list)
-    serve_wait_s: float = 900.0
-    tools: str | None = None
-    mcp_command: str | None = None
-    mcp_fresh: bool = False
-    system_prompt: str | None = None
-    grader: str | dict | None = None
-    trials: int = 1
-    concurrency: int = 8
-    max_turns: int = 8
-    max_tool_calls: int = 16
-    time_limit_s: float = 300.0
-    tool_timeout_s: float = 60.0
-    request_timeout_s: float = 120.0
-    retries: int = 3
-    settings: Settings = Field(default_factory=Settings)
-    success_threshold: float = 1.0
-    min_reward: float | None = None
-
-    @property
-    def out_dir(self) -> Path:
-        return Path(self.out)
-
-    def fingerprint(self, policy: dict[str, Any], tools: dict[str, Any] | None) -> dict[str, Any]:
-        return {"policy": {"kind": policy["kind"], "model": policy["model"]},
-                "settings": self.settings.model_dump(mode="json"), "system_prompt": self.system_prompt,
-                "tools": tools, "grader": self.grader}
 
 
 class RunReport(BaseModel):
@@ -172,7 +131,8 @@ def summarise(cfg: RolloutConfig) -> tuple[metrics.RunMetrics, export_mod.Export
     m = metrics.compute(traces)
     atomic_write_json(cfg.out_dir / METRICS, m.model_dump(mode="json"))
     threshold = cfg.min_reward if cfg.min_reward is not None else cfg.success_threshold
-    return m, export_mod.export(traces, cfg.out_dir, threshold)
+    return m, export_mod.export(traces, cfg.out_dir, threshold, max_per_task=cfg.max_per_task,
+                                tasks=load_task_list(cfg) if Path(cfg.tasks).is_file() else None)
 
 
 async def _prepare(ctx: Context, cfg: RolloutConfig):
@@ -254,10 +214,18 @@ def execute(ctx: Context, cfg: RolloutConfig, progress=None) -> RunReport:
     return report
 
 
+def start_job(ctx: Context, cfg: RolloutConfig):
+    """Check now (so refusals come back to the caller), then run as a job: `python -m aci.rollout CONFIG`."""
+    check(ctx, cfg)
+    job_id = jobs.new_id("rollout")
+    config_path = jobs.job_dir(ctx.state, job_id) / "config.json"
+    return jobs.start(ctx.state, "rollout", [sys.executable, "-m", "aci.rollout", str(config_path)],
+                      cfg.model_dump(mode="json"), cwd=ctx.workdir, job_id=job_id,
+                      message=f"rollout of {cfg.tasks} x {cfg.trials} into {cfg.out}")
+
+
 def throttled_progress(min_interval_s: float = 1.0):
     """A progress callback for jobs: `progress.json` at most once a second, and always the last one."""
-    from aci import jobs
-
     last = [0.0]
 
     def report(fields: dict) -> None:

@@ -8,8 +8,8 @@ from pydantic import Field
 
 from aci.context import Context
 from aci.errors import ACIError
+from aci.progress import BENCHMARK_CARD, Summary, summarise
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.summary import BENCHMARK_CARD, Summary, summarise
 
 KINDS = ("decision", "observation", "result", BENCHMARK_CARD, "note")
 

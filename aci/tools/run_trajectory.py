@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Literal
 
 from pydantic import Field
@@ -11,45 +10,15 @@ from aci import jobs
 from aci.context import Context
 from aci.errors import ACIError
 from aci.registry import ToolInput, ToolOutput, tool
+from aci.rollout.config import RolloutRequest, config, saved
 
 AUTO_BACKGROUND = 32  # task trajectories above which a run goes to a job unless told otherwise
 
 
-class RunTrajectoryInput(ToolInput):
+class RunTrajectoryInput(ToolInput, RolloutRequest):
     action: Literal["run", "status", "export", "serve", "stop"] = Field(
         "run", description="run (or resume) a rollout; status of an output folder or job; export again with "
                            "another --min-reward; serve a model with vLLM on 127.0.0.1; stop a job")
-    tasks: str | None = Field(None, description="task file (JSONL or JSON array of task records, chat rows, "
-                                                 "question/answer rows)")
-    endpoint: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
-    model: str | None = Field(None, description="model name sent to the endpoint (default: the one it serves)")
-    hf_model: str | None = Field(None, description="local Hugging Face model folder (slow; small runs)")
-    serve_model: str | None = Field(None, description="start `vllm serve` for this model for the run, stop it after")
-    serve_port: int = Field(8000, ge=1024, le=65535, description="port for vllm serve on 127.0.0.1")
-    serve_args: list[str] = Field(default_factory=list, description="extra `vllm serve` arguments (no --host)")
-    serve_wait_s: float = Field(900, gt=0, description="how long to wait for vllm to answer")
-    tools: str | None = Field(None, description="Python tool module (pkg.module or path/tools.py)")
-    mcp_command: str | None = Field(None, description="command starting an MCP tool server over stdio")
-    mcp_fresh: bool = Field(False, description="start a new MCP server per trajectory (servers that keep state)")
-    system_prompt: str | None = Field(None, description="system prompt for tasks without one (sent and exported verbatim)")
-    grader: str | None = Field(None, description="grader for tasks that name none (e.g. final-answer, tool-call)")
-    trials: int = Field(1, ge=1, le=20, description="independent passes over the tasks (3-5 give a range)")
-    concurrency: int = Field(8, ge=1, le=512, description="tasks in flight at once")
-    limit: int | None = Field(None, ge=1, description="use only the first N tasks")
-    max_turns: int = Field(8, ge=1, le=100, description="policy calls per task")
-    max_tool_calls: int = Field(16, ge=0, le=1000, description="tool calls per task")
-    time_limit_s: float = Field(300, gt=0, description="seconds per task (policy and tools)")
-    tool_timeout_s: float = Field(60, gt=0, description="seconds per tool call")
-    request_timeout_s: float = Field(120, gt=0, description="seconds per endpoint request attempt")
-    retries: int = Field(3, ge=0, le=10, description="endpoint retries on 5xx, 429 and connection errors")
-    temperature: float | None = Field(None, ge=0, description="sampling temperature")
-    top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1, description="new tokens per reply")
-    seed: int | None = Field(None, description="seed of trial 1 (trial k uses seed + k - 1)")
-    settings: dict[str, Any] | None = Field(None, description="more generation fields passed to the endpoint as is")
-    success_threshold: float = Field(1.0, ge=0, le=1, description="score that counts as a successful task")
-    min_reward: float | None = Field(None, ge=0, le=1, description="export threshold (default: success threshold)")
-    out: str | None = Field(None, description="output folder (default rollouts/<tasks file stem>)")
     background: bool | None = Field(None, description=f"run as a job (default: when over {AUTO_BACKGROUND} "
                                                       f"trajectories)")
     job: str | None = Field(None, description="job id (status, stop)")
@@ -81,8 +50,11 @@ class RunTrajectoryOutput(ToolOutput):
             lines += _metric_lines(self.metrics)
         if self.export:
             e = self.export
-            lines.append(f"export (reward >= {e['min_reward']}): {e['kept']} kept -> {e['kept_file']}, "
+            capped = f" ({e['capped']} over --max-per-task {e['max_per_task']} left out)" if e.get("capped") else ""
+            lines.append(f"export (reward >= {e['min_reward']}): {e['kept']} kept{capped} -> {e['kept_file']}, "
                          f"{e['failed']} failed -> {e['failed_file']}")
+            if e.get("unsolved_file"):
+                lines.append(f"{e['unsolved']} tasks without a kept sample -> {e['unsolved_file']} (roll them again)")
         lines += [f"next: {n}" for n in self.next]
         return "\n".join(lines)
 
@@ -107,64 +79,23 @@ def _metric_lines(m: dict) -> list[str]:
     return lines
 
 
-def _config(inp: RunTrajectoryInput, ctx: Context):
-    from aci.rollout.policy import Settings
-    from aci.rollout.runner import RolloutConfig
-
-    if not inp.tasks:
-        raise ACIError("run needs --tasks FILE")
-    tasks = ctx.path(inp.tasks, must_exist=True, what="tasks file")
-    out = ctx.path(inp.out or f"rollouts/{tasks.stem}", what="output folder")
-    settings = Settings(temperature=inp.temperature, top_p=inp.top_p, max_tokens=inp.max_tokens, seed=inp.seed,
-                        extra=inp.settings or {})
-    fields = inp.model_dump(exclude={"action", "tasks", "out", "background", "job", "temperature", "top_p",
-                                     "max_tokens", "seed", "settings"})
-    return RolloutConfig(tasks=str(tasks), out=str(out), settings=settings, **fields)
-
-
-def _trajectories(cfg) -> int:
-    from aci.tasks import read_rows
-
-    n = sum(1 for _ in read_rows(cfg.tasks))
-    return min(n, cfg.limit or n) * cfg.trials
-
-
 def _run(inp: RunTrajectoryInput, ctx: Context) -> RunTrajectoryOutput:
     from aci.rollout import runner
 
-    cfg = _config(inp, ctx)
+    cfg = config(inp, ctx)
     runner.check_policy_choice(cfg)
-    background = inp.background if inp.background is not None else _trajectories(cfg) > AUTO_BACKGROUND
-    if not background:
-        report = runner.execute(ctx, cfg)
-        return RunTrajectoryOutput(
-            action="run", out=report.out, counts=report.counts, policy=report.policy,
-            policy_checkpoint=report.policy_checkpoint, metrics=report.metrics.model_dump(mode="json"),
-            export=report.export.model_dump(mode="json"),
-            next=[f"train on {report.export.kept_file} (SFT) once it holds enough samples"] if report.export.kept else [],
-        )
-    runner.check(ctx, cfg)
-    job_id = jobs.new_id("rollout")
-    config_path = jobs.job_dir(ctx.state, job_id) / "config.json"
-    view = jobs.start(ctx.state, "rollout", [sys.executable, "-m", "aci.rollout", str(config_path)],
-                      cfg.model_dump(mode="json"), cwd=ctx.workdir, job_id=job_id,
-                      message=f"rollout of {cfg.tasks} x {cfg.trials} into {cfg.out}")
-    return RunTrajectoryOutput(action="run", out=cfg.out, job=view.model_dump(mode="json"),
-                               next=[f"run-trajectory status --job {job_id} --out {cfg.out}"])
-
-
-def _saved(inp: RunTrajectoryInput, ctx: Context):
-    from aci.rollout.runner import CONFIG, RolloutConfig
-    from aci.state import read_json
-
-    if not inp.out:
-        raise ACIError(f"{inp.action} needs --out (the rollout's output folder)")
-    out = ctx.path(inp.out, must_exist=True, what="output folder")
-    raw = read_json(out / CONFIG)
-    if raw is None:
-        raise ACIError(f"{out} has no {CONFIG}: not a run-trajectory output folder")
-    cfg = RolloutConfig.model_validate({k: v for k, v in raw.items() if k in RolloutConfig.model_fields})
-    return cfg.model_copy(update={"out": str(out)})
+    background = inp.background if inp.background is not None else cfg.trajectories() > AUTO_BACKGROUND
+    if background:
+        view = runner.start_job(ctx, cfg)
+        return RunTrajectoryOutput(action="run", out=cfg.out, job=view.model_dump(mode="json"),
+                                   next=[f"run-trajectory status --job {view.id} --out {cfg.out}"])
+    report = runner.execute(ctx, cfg)
+    return RunTrajectoryOutput(
+        action="run", out=report.out, counts=report.counts, policy=report.policy,
+        policy_checkpoint=report.policy_checkpoint, metrics=report.metrics.model_dump(mode="json"),
+        export=report.export.model_dump(mode="json"),
+        next=[f"train on {report.export.kept_file} (SFT) once it holds enough samples"] if report.export.kept else [],
+    )
 
 
 @tool("run-trajectory", title="Roll out, grade and export trajectories", open_world=True)
@@ -209,9 +140,9 @@ def run_trajectory(inp: RunTrajectoryInput, ctx: Context) -> RunTrajectoryOutput
         if job is None:
             raise ACIError("status needs --out (an output folder) or --job ID")
         return RunTrajectoryOutput(action="status", job=job)
-    cfg = _saved(inp, ctx)
+    cfg = saved(ctx, inp.out, inp.action)
     if inp.action == "export":
-        cfg = cfg.model_copy(update={"min_reward": inp.min_reward})
+        cfg = cfg.model_copy(update={"min_reward": inp.min_reward, "max_per_task": inp.max_per_task})
         m, exported = runner.summarise(cfg)
         return RunTrajectoryOutput(action="export", out=cfg.out, job=job, metrics=m.model_dump(mode="json"),
                                    export=exported.model_dump(mode="json"))

@@ -2,7 +2,9 @@
 `jobs/<id>/config.json` by the `train` tool and read by the job, so a run can be repeated and audited
 from state alone (with the data's hash and the template it was rendered with).
 
-Defaults live here and nowhere else. No heavy import: the tool imports this module.
+Each default lives once: `Schedule` here for the settings the job uses as given, `aci.training.request`
+for the rest of what a caller chooses; `aci.training.prepare.job_config` resolves a request into this
+config. No heavy import: the tool imports this module.
 """
 
 from __future__ import annotations
@@ -22,23 +24,47 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Schedule(_Strict):
+    """Settings the caller chooses and the job uses as given: the one definition of their defaults and
+    bounds, shared by the request (`aci.training.request.TrainRequest`) and the job's config."""
+
+    max_length: int = Field(2048, ge=8, description="tokens per sequence (longer samples are truncated); "
+                                                    "grpo: prompt limit")
+    packing: bool | None = Field(None, description="pack samples into rows of max_length, each attending only to "
+                                                   "itself (default: on with CUDA where the model supports it)")
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int | None = Field(None, ge=1, description="optimizer steps (overrides epochs)")
+    lr_scheduler: str = Field("cosine", description="transformers scheduler name: cosine, linear, constant, ...")
+    warmup_ratio: float = Field(0.03, ge=0, lt=1)
+    batch_size: int = Field(4, ge=1, description="per device (grpo: completions per device)")
+    grad_accum: int = Field(4, ge=1)
+    gradient_checkpointing: bool | None = Field(None, description="default: on with CUDA")
+    save_steps: int = Field(200, ge=1, description="save and register a checkpoint every N steps (and at the end)")
+    logging_steps: int = Field(10, ge=1)
+    seed: int = 0
+
+
 class LoraSettings(_Strict):
-    r: int = Field(16, ge=1, le=1024)
-    alpha: int = Field(32, ge=1)
-    dropout: float = Field(0.05, ge=0, lt=1)
-    target_modules: list[str] | str = Field("all-linear", description='module names, or "all-linear"')
+    """Resolved from the request's `lora_*` fields, where their defaults live."""
+
+    r: int
+    alpha: int
+    dropout: float
+    target_modules: list[str] | str = Field(description='module names, or "all-linear"')
 
 
 class GrpoSettings(_Strict):
-    num_generations: int = Field(8, ge=2, description="completions per prompt (the group)")
-    max_completion_length: int = Field(512, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    beta: float = Field(0.0, ge=0, description="KL coefficient (0: no reference model)")
-    use_vllm: bool = False
+    """Resolved from the request's GRPO fields, where their defaults live."""
+
+    num_generations: int = Field(description="completions per prompt (the group)")
+    max_completion_length: int
+    temperature: float
+    beta: float = Field(description="KL coefficient (0: no reference model)")
+    use_vllm: bool
     grader: str | dict | None = Field(None, description="reward grader; default each task's own `grader`")
 
 
-class TrainConfig(_Strict):
+class TrainConfig(Schedule):
     method: Literal["sft", "grpo"]
     job: str
     state: str
@@ -56,34 +82,17 @@ class TrainConfig(_Strict):
     profile: str = "default"
     lora: LoraSettings | None = None
     merge_lora: bool = False
-    max_length: int = Field(2048, ge=8)
-    packing: bool = False
-    epochs: float = Field(1.0, gt=0)
-    max_steps: int | None = Field(None, ge=1)
     learning_rate: float = Field(gt=0)
-    lr_scheduler: str = "cosine"
-    warmup_ratio: float = Field(0.03, ge=0, lt=1)
-    batch_size: int = Field(4, ge=1, description="per device")
-    grad_accum: int = Field(4, ge=1)
-    gradient_checkpointing: bool | None = Field(None, description="None: on when CUDA is present")
-    save_steps: int = Field(200, ge=1)
-    logging_steps: int = Field(10, ge=1)
-    seed: int = 0
     deepspeed: str | None = Field(None, description="DeepSpeed config file passed as TrainingArguments.deepspeed")
     num_processes: int = Field(1, ge=1, description="> 1: launched with `accelerate launch`")
     grpo: GrpoSettings | None = None
     stop_at: str | None = Field(None, description="ISO time the job saves and stops at (deadline minus reserve)")
     measure: bool = Field(False, description="a throughput measurement: no checkpoints are saved")
+    find_batch: bool = Field(False, description="measurement: first find the largest micro-batch that fits "
+                                                "(aci.training.batch), keeping batch_size x grad_accum")
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")
-
-
-def default_learning_rate(method: str, lora: bool) -> float:
-    """Common starting points: LoRA tolerates ~10x the full fine-tuning rate; RL wants far smaller steps."""
-    if method == "grpo":
-        return 1e-5 if lora else 1e-6
-    return 2e-4 if lora else 2e-5
 
 
 def load(path: str | Path) -> TrainConfig:

@@ -33,19 +33,21 @@ def grade(response: str, gold: str) -> bool:
 def main() -> int:
     p = argparse.ArgumentParser(description="lock-codes benchmark")
     p.add_argument("--model-path", default="final_model")
-    p.add_argument("--limit", type=int, default=None, help="items to score (default: all)")
+    p.add_argument("--limit", type=int, default=None, help="items to score; -1 or none: all (PostTrainBench's meaning)")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--max-connections", type=int, default=8, help="prompts per batch")
     p.add_argument("--json-output-file", default=None)
     p.add_argument("--templates-dir", default=str(HERE / "templates"))
     p.add_argument("--seed", type=int, default=None)
     args = p.parse_args()
+    if args.limit is not None and args.limit < -1:
+        p.error("--limit must be -1 (all items) or a count >= 0")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     items = [json.loads(line) for line in TEST.read_text().splitlines() if line.strip()]
-    if args.limit is not None:
+    if args.limit is not None and args.limit != -1:
         items = random.Random(args.seed).sample(items, min(args.limit, len(items))) if args.seed is not None \
             else items[: args.limit]
     config = json.loads((Path(args.model_path) / "config.json").read_text())

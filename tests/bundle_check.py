@@ -13,11 +13,18 @@ full confidence, so these are checked like code:
   registry (MCP tool names and fields are the same);
 * every `skills/<name>` and `workflows/<name>.md` mentioned exists;
 * `rules/integrity.md` has one `### <rule-id>` section per rule in `rules/rules.yaml` and no other, and
-  each section names the tools that enforce it;
+  each section names the tools that enforce it; the next actions in `rules/rules.yaml` name real
+  commands, actions and options;
 * `workflows/posttrain.md` names the phases and gates of every rules profile, in order, with the time
-  shares the profile sets; minimum-sample and final-reserve figures match the profiles.
+  shares the profile sets; minimum-sample and final-reserve figures match the profiles;
+* every default of `aci train` a text states (a figure marked [D]: LoRA r, alpha, dropout, learning
+  rates, generations, `--option ... default N`) is the default of the live tool's request model;
+* figures copied from `rules.yaml` (final reserve, tolerated contaminated rows, minimum samples) match
+  the profiles, the rendered table in `rules/integrity.md` is current, and every dataset id a recipe
+  names is in the allowed table or banned (`tests/bundle_facts.py`).
 
-`python -m aci.bundle_check [ROOT]` prints one `file:line: problem` per finding and exits 1 on any.
+A development module, not part of the runtime package: `python -m tests.bundle_check [ROOT]` (from the
+repository root) prints one `file:line: problem` per finding and exits 1 on any.
 """
 
 from __future__ import annotations
@@ -430,6 +437,29 @@ def check_rules(root: Path) -> list[Problem]:
     return problems
 
 
+def check_guidance(root: Path) -> list[Problem]:
+    """The next actions in rules.yaml are read by agents like the Markdown: their aci commands must exist."""
+    rel = "rules/rules.yaml"
+    data = _rules_file(root)
+    lines = (root / rel).read_text(encoding="utf-8").splitlines()
+    glob, commands = vocabulary()
+    problems = []
+    for guide in [data.before_run_card, *data.phases.values()]:
+        for action in guide.next:
+            n = next((k for k, line in enumerate(lines, 1) if action[:40] in line), 1)
+            for inv in _invocations(_split(action.replace("(", " "))):
+                tokens = []
+                for tok in inv:  # an invocation in a sentence ends at its punctuation or the next `aci`
+                    word = tok.rstrip(",;.)")
+                    if tok == "aci" or not word:
+                        break
+                    tokens.append(word)
+                    if word != tok:
+                        break
+                problems += [Problem(rel, n, m) for m in check_command(tokens, glob, commands)]
+    return problems
+
+
 def _fmt(x: float) -> str:
     return f"{x:g}"
 
@@ -468,30 +498,97 @@ def check_phases(root: Path, docs: list[Doc]) -> list[Problem]:
         if col is None:
             problems.append(Problem(rel, 1, f"time-share table has no column for profile {pname}"))
             continue
-        for ph in prof.phases:
+        budget = prof.budget_hours * 60
+        for ph, minutes in prof.allocation(budget):
             row = table.get(ph.name)
             if row is None:
                 problems.append(Problem(rel, 1, f"time-share table has no row for phase {ph.name}"))
                 continue
             n, cells = row
-            minutes = ph.share * prof.budget_hours * 60
-            expect = f"{_fmt(ph.share * 100)} % ({_fmt(round(minutes, 1))} min)"
+            expect = f"{_fmt(round(minutes / budget * 100, 3))} % ({_fmt(round(minutes, 1))} min)"
             if col >= len(cells) or cells[col] != expect:
                 got = cells[col] if col < len(cells) else ""
                 problems.append(Problem(rel, n, f"phase {ph.name}, profile {pname}: table says {got!r}, "
                                                 f"rules.yaml gives {expect!r}"))
-    reserves = {_fmt(p.final_reserve_min) for p in data.profiles.values()}
-    mins = {(m.min_eval_samples.absolute, _fmt(m.min_eval_samples.fraction * 100)) for m in data.profiles.values()}
+    return problems
+
+
+# -- defaults the Markdown states: a figure marked [D] is a default of `aci train` --------------------------
+DEFAULT_MARK = re.compile(r"\[D\]")
+SOURCE_MARK = re.compile(r"\[[A-Z]\]")
+# "<label> <value>" inside a [D] claim -> the `aci train` option whose default it states
+LABELLED = {
+    r"\br (\d+)\b": "lora_r",
+    r"\balpha (\d+)\b": "lora_alpha",
+    r"\bdropout (\d*\.?\d+)\b": "lora_dropout",
+    r"\b(\d+) generations\b": "num_generations",
+    r"\b(\d*\.?\d+) epochs?\b": "epochs",
+}
+
+
+@dataclass(frozen=True)
+class Claim:
+    line: int
+    what: str
+    stated: float | str
+    actual: float | str
+
+
+def _option(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _claims_in(text: str) -> list[str]:
+    """The text each [D] marks: back to the table cell's start or the previous source marker."""
+    out = []
+    for m in DEFAULT_MARK.finditer(text):
+        start = text.rfind("|", 0, m.start()) + 1
+        for prev in SOURCE_MARK.finditer(text, 0, m.start()):
+            start = max(start, prev.end())
+        out.append(text[start:m.start()])
+    return out
+
+
+def default_claims(doc: Doc) -> list[Claim]:
+    """Every `aci train` default a document states with [D], beside the default the live tool has."""
+    from aci import registry
+    from aci.training.request import LEARNING_RATES, LORA_TARGETS
+
+    fields = registry.get("train").input.model_fields
+    out = []
+    for n, line in enumerate(doc.lines, 1):
+        for claim in _claims_in(line):
+            for pattern, name in LABELLED.items():
+                for m in re.finditer(pattern, claim):
+                    out.append(Claim(n, _option(name), float(m.group(1)), float(fields[name].default)))
+            for m in re.finditer(r"`--([a-z-]+)`[^`]*?\bdefault (\d*\.?\d+)", claim):
+                name = m.group(1).replace("-", "_")
+                if name in fields:
+                    out.append(Claim(n, _option(name), float(m.group(2)), float(fields[name].default)))
+            method = "grpo" if "grpo" in claim else "sft"
+            for m in re.finditer(r"\blr (\S+?)(?: full / (\S+?) LoRA)?(?=[\s,;)]|$)", claim):
+                pairs = [(False, m.group(1)), (True, m.group(2))] if m.group(2) else [(bool(re.search(r"--lora|\bLoRA\b", claim)), m.group(1))]
+                out += [Claim(n, f"learning rate ({method}{', LoRA' if lora else ''})", float(v),
+                              LEARNING_RATES[method, lora]) for lora, v in pairs]
+            for m in re.finditer(r"\b(\d+)x the full fine-tuning rate", claim):
+                out.append(Claim(n, "LoRA / full learning rate", float(m.group(1)),
+                                 LEARNING_RATES["sft", True] / LEARNING_RATES["sft", False]))
+            if "all linear layers" in claim:
+                out.append(Claim(n, "LoRA target modules", "all-linear", LORA_TARGETS))
+    return out
+
+
+def check_defaults(docs: list[Doc]) -> list[Problem]:
+    """A default the Markdown states must be the tool's: the skill is checked against the request model."""
+    problems = []
     for doc in docs:
-        for n, line in enumerate(doc.lines, 1):
-            for m in re.finditer(r"final reserve[^.\n]{0,30}?\b(\d+(?:\.\d+)?) ?min", line, re.I):
-                if m.group(1) not in reserves:
-                    problems.append(Problem(doc.rel, n, f"final reserve of {m.group(1)} min is in no profile "
-                                                        f"({', '.join(sorted(reserves))} min)"))
-            for m in re.finditer(r"max\((\d+), ?(\d+(?:\.\d+)?) ?%", line):
-                if (int(m.group(1)), m.group(2)) not in mins:
-                    problems.append(Problem(doc.rel, n, f"minimum samples max({m.group(1)}, {m.group(2)} %) "
-                                                        "differs from rules.yaml min_eval_samples"))
+        for c in default_claims(doc):
+            same = c.stated == c.actual if isinstance(c.stated, str) else abs(c.stated - c.actual) <= 1e-9 * abs(c.actual)
+            if not same:
+                stated = c.stated if isinstance(c.stated, str) else _fmt(c.stated)
+                actual = c.actual if isinstance(c.actual, str) else _fmt(c.actual)
+                problems.append(Problem(doc.rel, c.line, f"{c.what}: the text says {stated} [D], but aci train's "
+                                                         f"default is {actual}"))
     return problems
 
 
@@ -499,8 +596,11 @@ def check(root: Path | None = None) -> list[Problem]:
     """Every disagreement between the Markdown at `root` (default: the bundle) and the tools and rules."""
     root = Path(root or bundle.root())
     docs = documents(root)
+    from tests import bundle_facts  # figures and dataset ids (it imports this module)
+
     return (check_skill_files(root, docs) + check_links(root, docs) + check_references(root, docs)
-            + check_commands(docs) + check_rules(root) + check_phases(root, docs))
+            + check_commands(docs) + check_rules(root) + check_guidance(root) + check_phases(root, docs)
+            + check_defaults(docs) + bundle_facts.check(root, docs))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,198 @@
+"""Where a run stands, derived from state: gates, phases, next actions, the rules that apply now.
+
+Nothing here is stored: every figure is recomputed from the state files on each call, so it cannot
+drift from what really happened. `status` and `log-state summary` return the long form (`summarise`);
+`aci.envelope` attaches the short form to every tool result.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from aci import clock, jobs, manifest, records
+from aci.context import Context
+from aci.rules import Guide
+from aci.state import iso, now, parse_ts
+
+BENCHMARK_CARD = "benchmark-card"  # journal kind that closes recon
+FINALIZE = "finalize.json"
+
+
+class PhaseStatus(BaseModel):
+    name: str
+    gate: str
+    allocated_min: float
+    spent_min: float
+    status: str = Field(description="done, current or pending")
+    gate_passed_at: str | None = None
+
+
+class Gate(BaseModel):
+    name: str
+    passed: bool
+    at: str | None = None
+    evidence: str = ""
+
+
+def gates(ctx: Context) -> dict[str, Gate]:
+    st, card, best = ctx.state, ctx.card, ctx.best
+    journal = st.journal() if card else []
+    out: dict[str, Gate] = {}
+
+    cards = [e for e in journal if e.get("kind") == BENCHMARK_CARD]
+    has_command = bool(card and card.eval_command)
+    ok = has_command and bool(cards)
+    out["run-card"] = Gate(
+        name="run-card", passed=ok, at=cards[0]["ts"] if ok else None,
+        evidence="eval command set and benchmark card recorded" if ok else
+        ("no benchmark card in the journal" if has_command else "run card has no eval command"),
+    )
+
+    minimum = ctx.rules.min_samples(card.benchmark_size) if card else 0
+    base = [
+        e for e in st.lines(records.CHECKPOINTS)
+        if e.get("type") == "evaluated" and e.get("checkpoint") == "base" and not e.get("error")
+        and (e.get("samples") or 0) >= minimum
+    ] if card else []
+    out["baseline"] = Gate(
+        name="baseline", passed=bool(base), at=base[0]["ts"] if base else None,
+        evidence=f"base model scored {base[0].get('score')} on {base[0].get('samples')} samples" if base
+        else f"no evaluation of the base model on >= {minimum} samples",
+    )
+
+    # Promoting the base model as a floor keeps a submittable final_model but is not a trained model yet.
+    trained = best is not None and best.checkpoint != "base"
+    promotes = [e for e in journal if e.get("kind") == "promote" and (e.get("data") or {}).get("checkpoint") != "base"]
+    out["first-promoted"] = Gate(
+        name="first-promoted", passed=trained,
+        at=(promotes[0]["ts"] if promotes else iso(best.promoted_at)) if trained else None,
+        evidence=f"final_model is {best.checkpoint} ({best.score})" if trained
+        else "final_model is the base model: promote a trained checkpoint" if best else "no final_model promoted yet",
+    )
+
+    met = [t for t in (card.targets if card else []) if best and best.score >= t.value]
+    out["target-met"] = Gate(
+        name="target-met", passed=bool(met), at=iso(best.promoted_at) if met else None,
+        evidence=f"target {met[0].metric} >= {met[0].value} met" if met else "no target met",
+    )
+
+    fin = st.read(FINALIZE)
+    # Pinned to the promotion: a later promotion makes an earlier passing finalize stale.
+    fresh = bool(fin and fin.get("passed") and (not best or fin.get("promotion_id") == best.promotion_id))
+    out["finalized"] = Gate(
+        name="finalized", passed=fresh, at=fin.get("ts") if fresh else None,
+        evidence="finalize passed on the current final_model" if fresh else "finalize has not passed on the current final_model",
+    )
+    return out
+
+
+def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseStatus]:
+    card = ctx.card
+    if not card:
+        return []
+    gate_map = gate_map or gates(ctx)
+    start = card.started_at
+    t = now()
+    out, current_found = [], False
+    prev_end = start
+    for ph, allocated in ctx.rules.profile.allocation(card.budget_hours * 60):
+        g = gate_map.get(ph.gate)
+        passed_at = parse_ts(g.at) if g and g.passed and g.at else None
+        if passed_at and not current_found:
+            status, end = "done", max(passed_at, prev_end)
+        elif not current_found:
+            status, end, current_found = "current", t, True
+        else:
+            status, end = "pending", prev_end
+        spent = max((end - prev_end).total_seconds() / 60, 0) if status != "pending" else 0.0
+        out.append(PhaseStatus(
+            name=ph.name, gate=ph.gate, allocated_min=round(allocated, 1), spent_min=round(spent, 1),
+            status=status, gate_passed_at=g.at if g and g.passed else None,
+        ))
+        if status != "pending":
+            prev_end = end
+    return out
+
+
+def guide(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> Guide:
+    """The next actions and rules of where the run stands (defined per phase in rules/rules.yaml)."""
+    if not ctx.card:
+        return ctx.rules.guide(None, has_card=False, in_reserve=False)
+    phase_list = phase_list if phase_list is not None else phases(ctx)
+    current = next((p.name for p in phase_list if p.status == "current"), None)
+    return ctx.rules.guide(current, has_card=True, in_reserve=ctx.clock.in_reserve())
+
+
+def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> list[str]:
+    return guide(ctx, phase_list).next
+
+
+def protected_changed(ctx: Context) -> list[str]:
+    changed = []
+    for rel, digest in (ctx.card.protected if ctx.card else {}).items():
+        p = ctx.workdir / rel
+        if not p.is_file() or manifest.file_hash(p) != digest:
+            changed.append(rel)
+    return changed
+
+
+def unchecked_datasets(ctx: Context) -> list[str]:
+    data = ctx.state.root / records.DATA
+    if not data.is_dir():
+        return []
+    out = []
+    for m in sorted(data.glob("*/manifest.json")):
+        manifest = ctx.state.read(str(m.relative_to(ctx.state.root))) or {}
+        if manifest.get("role", "train") == "train" and not (manifest.get("contamination") or {}).get("verdict"):
+            out.append(m.parent.name)
+    return out
+
+
+class Summary(BaseModel):
+    """What a fresh context needs to continue a run."""
+
+    has_run_card: bool
+    profile: str | None = None
+    base_model: str | None = None
+    benchmark: str | None = None
+    eval_command: str | None = None
+    deadline: str | None = None
+    deadline_source: str
+    time_left: str
+    final_reserve_min: float
+    current_phase: str | None = None
+    phases: list[PhaseStatus] = Field(default_factory=list)
+    gates: list[Gate] = Field(default_factory=list)
+    best: dict | None = None
+    last_events: list[dict] = Field(default_factory=list)
+    running_jobs: list[dict] = Field(default_factory=list)
+    next_actions: list[str] = Field(default_factory=list)
+    rules_now: list[str] = Field(default_factory=list, description="the rules that apply at this point")
+
+
+def summarise(ctx: Context, last: int = 10) -> Summary:
+    card = ctx.card
+    gate_map = gates(ctx) if card else {}
+    phase_list = phases(ctx, gate_map)
+    current = next((p.name for p in phase_list if p.status == "current"), None)
+    clk = ctx.clock
+    now_guide = guide(ctx, phase_list)
+    return Summary(
+        has_run_card=card is not None,
+        profile=card.profile if card else None,
+        base_model=card.base_model if card else None,
+        benchmark=card.benchmark if card else None,
+        eval_command=card.eval_command if card else None,
+        deadline=clk.deadline.isoformat(timespec="seconds") if clk.deadline else None,
+        deadline_source=clk.source,
+        time_left=clock.fmt(clk.left()),
+        final_reserve_min=clk.reserve.total_seconds() / 60,
+        current_phase=current,
+        phases=phase_list,
+        gates=list(gate_map.values()),
+        best=ctx.best.model_dump(mode="json") if ctx.best else None,
+        last_events=ctx.state.journal(last) if card else [],
+        running_jobs=[j.model_dump(mode="json") for j in jobs.active(ctx.state)],
+        next_actions=now_guide.next,
+        rules_now=[f"{i}: {ctx.rules.rule(i).text}" for i in now_guide.rules],
+    )

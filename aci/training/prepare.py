@@ -1,0 +1,245 @@
+"""Everything between a training request and a launched job: the checks, the job's config, the launch.
+
+`checks()` is what `train start` and `train dry-run` share: the rule gates (`aci.training.gates`), then
+the data rendered with the evaluation's template and tokenized by the tokenizer that will train, then
+the work the run needs against the time left (at a declared, measured or freshly measured rate).
+`job_config()` is the one place a request becomes a `TrainConfig`. No heavy import at module level.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from aci import jobs, manifest
+from aci.context import Context
+from aci.errors import ACIError
+from aci.jobs import JobView
+from aci.training import batch, chance, gates, hardware
+from aci.training import config as config_mod
+from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
+from aci.training.request import LORA_TARGETS, TrainRequest
+
+MEASURE_TIMEOUT_S = 1800
+
+
+def deepspeed_config(req: TrainRequest, ctx: Context) -> str | None:
+    if not req.deepspeed:
+        return None
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ACIError("deepspeed is not installed (the PostTrainBench image has none): `pip install deepspeed`, "
+                       "or train without --deepspeed (LoRA or gradient checkpointing fit one GPU)")
+    if req.deepspeed in config_mod.ZERO_CONFIGS:
+        path = config_mod.zero_config(req.deepspeed)
+    else:
+        path = ctx.path(req.deepspeed, must_exist=True, what="DeepSpeed config")
+    if req.merge_lora and ("zero3" in req.deepspeed or '"stage": 3' in path.read_text()):
+        raise ACIError("merge_lora cannot merge ZeRO-3 sharded weights while training; drop --merge-lora and "
+                       "merge the final adapter afterwards")
+    return str(path)
+
+
+def inspect_data(req: TrainRequest, ctx: Context, model_path: str, template_path: Path | None) -> tuple[dict, list[str]]:
+    """Load the tokenizer, render and tokenize the first samples; refuse data that cannot train anything."""
+    from aci import templates
+    from aci.training import data
+
+    try:
+        tok = templates.load_tokenizer(model_path)
+    except Exception as e:
+        raise ACIError(f"cannot load the tokenizer of {model_path}: {type(e).__name__}: {e}") from None
+    try:
+        template = templates.load(template_path, tok)
+    except ACIError as e:
+        raise ctx.rules.refuse("eval-template", str(e)) from None
+    path = Path(req.data)
+    kwargs = req.template_kwargs or {}
+    warnings: list[str] = []
+    try:
+        if req.method == "sft":
+            _, stats = data.encode_samples(path, tok, template, max_length=req.max_length, kwargs=kwargs,
+                                           limit=req.check_samples)
+        else:
+            rows, stats = data.grpo_prompts(path, tok, template, kwargs=kwargs, limit=req.check_samples)
+    except templates.RenderError as e:
+        raise ctx.rules.refuse("eval-template", f"the template does not render the data: {e}") from None
+    report = stats.report()
+    report["end_of_turn"] = eot = templates.end_of_turn(tok, template, kwargs)
+    report["example"] = stats.example[:800]
+    n = stats.samples
+    if n == 0:
+        raise ACIError(f"{path} holds no samples")
+    if req.method == "sft":
+        if stats.assistant_tokens == 0:
+            cut = f" (all truncated at max_length={req.max_length})" if stats.truncated else ""
+            raise ACIError(f"nothing to train on: none of the first {n} samples has an assistant token after "
+                           f"rendering{cut}; samples need assistant turns")
+        if stats.truncated == stats.sequences:
+            raise ACIError(f"all {n} checked samples exceed max_length={req.max_length} (longest "
+                           f"{stats.max_tokens} tokens): raise --max-length or shorten the samples")
+        if stats.truncated:
+            warnings.append(f"{stats.truncated} of {stats.sequences} checked sequences exceed max_length="
+                            f"{req.max_length} and are cut")
+        if stats.untrainable:
+            warnings.append(f"{stats.untrainable} checked sequences keep no assistant token and are dropped")
+    else:
+        long = sum(1 for r in rows if len(tok(r["prompt"], add_special_tokens=False)["input_ids"]) > req.max_length)
+        if long:
+            warnings.append(f"{long} of {n} prompts exceed max_length={req.max_length} and are cut from the left")
+        check_graders(req, ctx, [r["task"] for r in rows])
+    if eot is None:
+        warnings.append("the template closes assistant turns with no special end-of-turn token: the model may "
+                        "not learn to stop")
+    return report, warnings
+
+
+def check_graders(req: TrainRequest, ctx: Context, raw_tasks: list[str]) -> None:
+    from aci import graders
+
+    for raw in raw_tasks:
+        task = json.loads(raw)
+        spec = task.get("grader") or req.grader
+        if spec is None:
+            raise ACIError(f"task {task['id']!r} names no grader: pass --grader (e.g. final-answer)")
+        graders.grader_for(spec, workdir=ctx.workdir)
+
+
+def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, template_path: Path | None,
+               deepspeed: str | None, rows: int, data_sha256: str) -> TrainConfig:
+    """The job's config from a checked request: request settings as given, defaults resolved, paths absolute,
+    and the hash of the data the gates passed (the job trains only on bytes with that hash)."""
+    data = Path(req.data)
+    stop_at = ctx.clock.deadline - ctx.clock.reserve if ctx.clock.deadline else None
+    use_vllm = req.use_vllm if req.use_vllm is not None else importlib.util.find_spec("vllm") is not None and _cuda()
+    return TrainConfig(
+        **req.model_dump(include=set(config_mod.Schedule.model_fields)),
+        method=req.method, job=job_id, state=str(ctx.state.root), workdir=str(ctx.workdir),
+        output_dir=str(ctx.workdir / "checkpoints" / job_id), model_path=src.path, model_adapter=src.adapter,
+        parent=src.checkpoint, data=str(data), data_sha256=data_sha256, data_rows=rows,
+        template=str(template_path) if template_path else None,
+        template_sha256=manifest.file_hash(template_path) if template_path else None,
+        template_kwargs=req.template_kwargs or {}, profile=ctx.rules.name,
+        lora=LoraSettings(r=req.lora_r, alpha=req.lora_alpha, dropout=req.lora_dropout,
+                          target_modules=req.lora_targets or LORA_TARGETS) if req.lora else None,
+        merge_lora=req.merge_lora and req.lora, learning_rate=req.rate, deepspeed=deepspeed,
+        num_processes=req.num_gpus,
+        grpo=GrpoSettings(num_generations=req.num_generations, max_completion_length=req.max_completion_length,
+                          temperature=req.temperature, beta=req.beta, use_vllm=use_vllm, grader=req.grader)
+        if req.method == "grpo" else None,
+        stop_at=stop_at.isoformat(timespec="seconds") if stop_at else None,
+    )
+
+
+def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[TrainConfig, dict, list[str]]:
+    """Every check of `start` but the deadline's; returns the job's config, the check report, and warnings."""
+    ctx.require_card()
+    if not req.data:
+        raise ACIError(f"{action} needs --data (a JSONL file of {'SFT samples' if req.method == 'sft' else 'tasks'})")
+    data_path = ctx.path(req.data, must_exist=True, what="data")
+    req = req.model_copy(update={"data": str(data_path)})
+    data_sha256 = gates.check_data(ctx, data_path, req.sources)
+    src = gates.resolve_model(ctx, req.model)
+    template_path = gates.resolve_template(ctx, req.template)
+    deepspeed = deepspeed_config(req, ctx)
+    completions = req.batch_size * req.grad_accum * req.num_gpus
+    if req.method == "grpo" and completions % req.num_generations:
+        raise ACIError(f"grpo: batch_size x grad_accum x num_gpus = {completions} completions must be a multiple "
+                       f"of num_generations={req.num_generations}")
+    report, warnings = inspect_data(req, ctx, src.path, template_path)
+    from aci.training.data import count_rows
+
+    rows = count_rows(data_path)
+    cfg = job_config(req, ctx, job_id, src, template_path, deepspeed, rows, data_sha256)
+    seq_per_sample = report["sequences"] / report["samples_checked"]
+    if req.method == "sft":
+        packing = req.packing if req.packing is not None else hardware.cuda_likely()  # the job decides for real
+        report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=packing,
+                                        max_length=req.max_length, batch=req.batch_size, grad_accum=req.grad_accum,
+                                        processes=req.num_gpus, epochs=req.epochs, max_steps=req.max_steps)
+    else:
+        report["work"] = gates.grpo_work(rows, report["mean_tokens"], completion=req.max_completion_length,
+                                         generations=req.num_generations, batch=req.batch_size,
+                                         grad_accum=req.grad_accum, processes=req.num_gpus, epochs=req.epochs,
+                                         max_steps=req.max_steps)
+    report["rows"] = rows
+    return cfg, report, warnings
+
+
+def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[TrainConfig, dict, list[str], JobView | None]:
+    """`prepare`, then the deadline check; a dry-run with `measure_steps` measures the rate first (a job)."""
+    cfg, report, warnings = prepare(req, ctx, job_id, action)
+    work = report.pop("work")
+    probe = None
+    rate, source = (req.tokens_per_s, "declared") if req.tokens_per_s else (None, "")
+    if action == "dry-run" and req.measure_steps:
+        rate, probe = measure(ctx, cfg, req.measure_steps, find_batch=req.find_batch)
+        source = f"measured now by job {probe.id}"
+        found = probe.progress.get("batch") or {}
+        report["batch"] = {**found, "source": f"measured now by job {probe.id}"}
+        report["first_loss"] = probe.progress.get("first_loss")
+        note = chance.advice(report["first_loss"], probe.progress.get("vocab_size"), cfg.learning_rate)
+        if note:
+            warnings.append(note)
+    else:
+        hit = batch.measured(ctx.state, cfg.model_dump(mode="json")) if req.find_batch else None
+        found = hit[0] if hit else {}
+        if hit:
+            report["batch"] = {**found, "source": f"measured by job {hit[1]}"}
+    if req.find_batch and found.get("searched"):  # the split that fits; the batch per step stays as asked
+        cfg = cfg.model_copy(update={"batch_size": found["micro_batch"], "grad_accum": found["grad_accum"],
+                                     "gradient_checkpointing": found["gradient_checkpointing"]
+                                     if req.gradient_checkpointing is None else req.gradient_checkpointing})
+    if rate is None:
+        rate, source = gates.measured_rate(ctx, cfg.method, cfg.model_path, cfg.lora is not None)
+    report["estimate"] = gates.check_deadline(ctx, work, rate, source)
+    if rate is None and ctx.clock.deadline is not None:
+        warnings.append("no throughput known, so the end time is not checked: the job saves and stops by itself at "
+                        "the final reserve; `train dry-run --measure-steps 5` measures it")
+    return cfg, report, warnings, probe
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def command(cfg: TrainConfig, config_path: Path) -> list[str]:
+    """`python -m aci.training.run CONFIG`, under `accelerate launch` for several GPUs (DeepSpeed, when asked,
+    is set up by the trainer from the config's `deepspeed` file)."""
+    launcher = ["-m", "accelerate.commands.launch", "--num_processes", str(cfg.num_processes)] \
+        if cfg.num_processes > 1 else []
+    return [sys.executable, *launcher, "-m", "aci.training.run", str(config_path)]
+
+
+def launch(ctx: Context, cfg: TrainConfig, message: str, exclusive: bool = False) -> JobView:
+    """Start the job as a supervised process (`aci.jobs`); `exclusive` refuses it, under the state lock,
+    while another train job runs."""
+    config_path = jobs.job_dir(ctx.state, cfg.job) / "config.json"
+    return jobs.start(ctx.state, "train", command(cfg, config_path), cfg.model_dump(mode="json"), cwd=ctx.workdir,
+                      job_id=cfg.job, message=message, exclusive=exclusive)
+
+
+def measure(ctx: Context, cfg: TrainConfig, steps: int, find_batch: bool = False) -> tuple[float | None, JobView]:
+    """Run `steps` steps as a real job (no checkpoints) and return its measured tokens/s; with `find_batch`
+    the job first searches the largest micro-batch that fits (its progress `batch` holds the plan)."""
+    probe = cfg.model_copy(update={"job": jobs.new_id("train"), "measure": True, "max_steps": steps,
+                                   "logging_steps": 1, "stop_at": None, "find_batch": find_batch})
+    probe = probe.model_copy(update={"output_dir": str(ctx.workdir / "checkpoints" / probe.job)})
+    view = launch(ctx, probe, f"throughput measurement ({steps} steps) for {cfg.method} of {cfg.model_path}")
+    end = time.monotonic() + MEASURE_TIMEOUT_S
+    while view.status == "running" and time.monotonic() < end:
+        time.sleep(1.0)
+        view = jobs.view(ctx.state, view.id)
+    if view.status == "running":
+        view = jobs.stop(ctx.state, view.id)
+    if view.status != "succeeded":
+        raise ACIError(f"the measurement job {view.id} {view.status}: {view.reason}\n{view.log_tail or ''}")
+    out = Path(probe.output_dir)
+    if out.is_dir() and not any(out.glob("checkpoint-*")):
+        shutil.rmtree(out)  # the trainer creates its output folder even when it saves nothing
+    return view.progress.get("tokens_per_s"), view

@@ -1,0 +1,287 @@
+"""Verify candidate tasks: keep those whose gold is right (Method B) or whose answer is usable (A).
+
+Method B (rule-graded benchmarks): the task's gold, rendered as a response, must score 1 under its grader
+and a corrupted variant must score 0; a task that fails either is broken (wrong gold, or a grader that
+cannot tell right from wrong) and is rejected with the reason. Method A (judge-graded benchmarks): the
+discard filters of Auto-BenchMax on the executed answer (empty, error, "not found", too few extracted
+facts) and, with a judge endpoint, an independent judge score. Kept and rejected rows are written as
+they were read (rejected ones with `_rejected_reason`), and the counts go to the kept file's manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aci import manifest
+from aci.context import Context
+from aci.errors import ACIError
+
+NOT_FOUND = [
+    r"\bnot found\b",
+    r"\bno (?:matching |relevant )?(?:results?|matches|records?|data|information)\b",
+    r"\b(?:could not|couldn't|cannot|can't|unable to) (?:find|locate)\b",
+    r"\bdoes(?: not|n't) exist\b",
+    r"\bno such\b",
+]
+ERROR_PREFIXES = [
+    r"error\b", r"exception\b", r"traceback\b", r"failed\b", r"failure\b", r"\[error\]", r"\{\s*\"error\"",
+    r"sorry,? (?:an error|something went wrong)",
+]
+
+
+class VerifyRequest(BaseModel):
+    """What to verify and how: the `verify-task` tool's options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: str = Field(description="candidate tasks: JSONL or a JSON array of task records (or chat, prompt/"
+                                   "completion, question/answer rows)")
+    method: Literal["B", "A"] = Field("B", description="B: gold scores 1 and its corruption 0 (rule-graded); "
+                                                       "A: discard filters on gold.answer/gold.claims (judge-graded)")
+    kept: str | None = Field(None, description="output for kept rows (default <stem>.kept.jsonl beside the input)")
+    rejected: str | None = Field(None, description="output for rejected rows (default <stem>.rejected.jsonl)")
+    grader: str | None = Field(None, description="Method B: grader for tasks without one, a name (final-answer, "
+                                                 "last-number, choice, unit-tests, tool-call, python:mod:fn) or a "
+                                                 'JSON object like {"type": "regex", "pattern": "..."}')
+    min_answer_chars: int = Field(20, ge=0, description="Method A: shorter answers are discarded as empty")
+    min_facts: int = Field(3, ge=0, description="Method A: answers with fewer gold.claims are discarded")
+    not_found_patterns: list[str] | None = Field(None, description="Method A: regexes (case-insensitive, searched) "
+                                                                   "marking 'not found' answers; default a built-in list")
+    error_patterns: list[str] | None = Field(None, description="Method A: regexes (case-insensitive) matched at the "
+                                                               "start of the answer marking error answers")
+    judge_endpoint: str | None = Field(None, description="Method A: OpenAI-compatible endpoint of an independent "
+                                                         "judge, e.g. http://127.0.0.1:8000/v1 (loopback only under "
+                                                         "the posttrainbench profile)")
+    judge_model: str | None = Field(None, description="Method A: the judge's model name")
+    judge_rubric: str | None = Field(None, description="Method A: the judge's rubric")
+    judge_threshold: float = Field(0.5, ge=0, le=1, description="Method A: judge scores below this are discarded")
+    workers: int | None = Field(None, ge=1, le=32, description="tasks checked in parallel (default min(4, CPUs))")
+
+
+class SubtypeYield(BaseModel):
+    subtype: str
+    candidates: int
+    kept: int
+    rate: float
+
+
+class VerifyReport(BaseModel):
+    """What a verify run did: counts, yield per subtype, rejection reasons, where the rows went."""
+
+    method: str
+    tasks: str
+    kept_file: str
+    rejected_file: str
+    candidates: int
+    kept: int
+    rejected: int
+    rate: float = Field(description="kept / candidates")
+    by_subtype: list[SubtypeYield] = Field(default_factory=list, description="yield per type/subtype")
+    reasons: dict[str, int] = Field(default_factory=dict, description="rejections per reason")
+    examples: dict[str, str] = Field(default_factory=dict, description="first rejection per reason")
+    judge_mean: float | None = Field(None, description="Method A: mean judge score over judged answers")
+    manifest: str = Field(description="state file holding these counts")
+
+
+class AtomicLines:
+    """A JSONL output written to a temporary file beside it and renamed into place only when complete."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        self.file = os.fdopen(fd, "w", encoding="utf-8")
+
+    def write(self, row: dict) -> None:
+        self.file.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def commit(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        self.file.close()
+        Path(self.tmp).unlink(missing_ok=True)
+
+
+def _patterns(values: list[str] | None, default: list[str], what: str) -> list[re.Pattern]:
+    out = []
+    for p in default if values is None else values:
+        try:
+            out.append(re.compile(p, re.IGNORECASE))
+        except re.error as e:
+            raise ACIError(f"{what} {p!r} is not a valid regular expression: {e}") from None
+    return out
+
+
+Verdict = tuple[str | None, str, float | None]  # (rejection reason id or None, detail, judge score)
+
+
+def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None]) -> Callable[[dict], Verdict]:
+    from aci.graders import grader_for, parse_spec
+
+    default = parse_spec(inp.grader) if inp.grader else None
+
+    def check(task: dict) -> Verdict:
+        spec = task.get("grader") or default
+        if spec is None:
+            return "no-grader", "task names no grader and no --grader default was given", None
+        try:
+            grader = grader_for(spec, workdir=ctx.workdir, check_host=check_host)
+        except ACIError as e:
+            if e.rule:
+                raise
+            return "grader-error", str(e), None
+        try:
+            good = grader.score(task, *grader.gold(task))
+            if good.score < 1:
+                return "gold-fails", f"gold scored {good.score:.2f}: {good.reason}", None
+            bad = grader.score(task, *grader.corrupt(task))
+            if bad.score > 0:
+                return "corrupt-passes", f"corrupted gold scored {bad.score:.2f}: {bad.reason}", None
+        except ACIError as e:
+            return "missing-gold", str(e), None
+        return None, f"gold 1, corrupted {bad.score:.0f}", None
+
+    return check
+
+
+def method_a(inp: VerifyRequest, check_host: Callable[[str], None]) -> Callable[[dict], Verdict]:
+    not_found = _patterns(inp.not_found_patterns, NOT_FOUND, "not-found pattern")
+    errors = _patterns(inp.error_patterns, ERROR_PREFIXES, "error pattern")
+    judge = None
+    if inp.judge_endpoint or inp.judge_model:
+        if not (inp.judge_endpoint and inp.judge_model):
+            raise ACIError("an independent judge needs both --judge-endpoint and --judge-model")
+        from aci.graders import grader_for
+
+        judge = grader_for({"type": "judge", "endpoint": inp.judge_endpoint, "model": inp.judge_model,
+                            "rubric": inp.judge_rubric}, check_host=check_host)
+
+    def check(task: dict) -> Verdict:
+        gold = task["gold"]
+        answer = gold.get("answer") if isinstance(gold.get("answer"), str) else ""
+        text = answer.strip()
+        if len(text) < inp.min_answer_chars:
+            return "empty-answer", f"answer has {len(text)} characters, under {inp.min_answer_chars}", None
+        for p in errors:
+            if p.match(text):
+                return "error-answer", f"answer starts like an error ({p.pattern}): {text[:60]!r}", None
+        for p in not_found:
+            m = p.search(text)
+            if m:
+                return "not-found", f"answer says {m.group(0)!r}", None
+        claims = [c for c in gold.get("claims") or [] if c.strip()]
+        if len(claims) < inp.min_facts:
+            return "too-few-facts", f"{len(claims)} extracted facts, under {inp.min_facts}", None
+        if judge is None:
+            return None, "passed the discard filters", None
+        verdict = judge.score(task, answer)
+        if verdict.score < inp.judge_threshold:
+            return ("judge-below-threshold", f"judge scored {verdict.score:.2f} < {inp.judge_threshold}: "
+                    f"{verdict.reason}", verdict.score)
+        return None, f"judge scored {verdict.score:.2f}", verdict.score
+
+    return check
+
+
+def ordered(fn: Callable, items: Iterable, workers: int) -> Iterator:
+    """`map(fn, items)` over a thread pool, in order, holding at most a few items per worker in flight."""
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        window: deque = deque()
+        for item in items:
+            window.append(pool.submit(fn, item))
+            if len(window) >= workers * 4:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
+
+
+def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
+    """Check every task of `inp.tasks`, write kept and rejected rows atomically, record the counts."""
+    from aci.tasks import iter_tasks
+
+    src = ctx.path(inp.tasks, must_exist=True, what="tasks file")
+    stem = src.name.removesuffix(".jsonl").removesuffix(".json")
+    kept_path = ctx.path(inp.kept or src.with_name(f"{stem}.kept.jsonl"), what="kept file")
+    rejected_path = ctx.path(inp.rejected or src.with_name(f"{stem}.rejected.jsonl"), what="rejected file")
+    if len({src, kept_path, rejected_path}) < 3:
+        raise ACIError(f"the tasks, kept and rejected files must be three different files ({src}, {kept_path}, "
+                       f"{rejected_path})")
+
+    def check_host(host: str) -> None:
+        ctx.rules.check_host(host, judge=True)
+
+    check = method_b(inp, ctx, check_host) if inp.method == "B" else method_a(inp, check_host)
+    workers = inp.workers or min(4, os.cpu_count() or 1)
+
+    def run(item: tuple[int, dict, dict]) -> tuple[int, dict, dict, Verdict]:
+        line, row, task = item
+        return line, row, task, check(task)
+
+    per_subtype: dict[str, list[int]] = {}
+    reasons: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    judged: list[float] = []
+    kept_out, rejected_out = AtomicLines(kept_path), AtomicLines(rejected_path)
+    try:
+        for line, row, task, (reason, detail, judge_score) in ordered(run, iter_tasks(src), workers):
+            key = f"{task['type']}/{task['subtype']}" if task.get("subtype") else task["type"]
+            counts = per_subtype.setdefault(key, [0, 0])
+            counts[0] += 1
+            if judge_score is not None:
+                judged.append(judge_score)
+            if reason is None:
+                counts[1] += 1
+                kept_out.write(row)
+            else:
+                reasons[reason] += 1
+                examples.setdefault(reason, f"{task['id']} (line {line}): {detail}")
+                rejected_out.write({**row, "_rejected_reason": f"{reason}: {detail}"})
+    except BaseException:
+        kept_out.discard()
+        rejected_out.discard()
+        raise
+    kept_out.commit()
+    rejected_out.commit()
+
+    candidates = sum(c for c, _ in per_subtype.values())
+    kept = sum(k for _, k in per_subtype.values())
+    by_subtype = [SubtypeYield(subtype=s, candidates=c, kept=k, rate=round(k / c, 4))
+                  for s, (c, k) in sorted(per_subtype.items())]
+    result = {
+        "method": inp.method,
+        "source": str(src),
+        "source_sha256": manifest.file_hash(src),
+        "rejected_file": str(rejected_path),
+        "candidates": candidates,
+        "kept": kept,
+        "rejected": candidates - kept,
+        "by_subtype": [s.model_dump() for s in by_subtype],
+        "reasons": dict(reasons.most_common()),
+        "judge_mean": round(sum(judged) / len(judged), 4) if judged else None,
+    }
+    manifest.update(ctx.state, kept_path, "verify", result, role="train", tool="verify-task",
+                    message=f"verify-task method {inp.method}: kept {kept}/{candidates} of {src.name}")
+    return VerifyReport(
+        method=inp.method, tasks=str(src), kept_file=str(kept_path), rejected_file=str(rejected_path),
+        candidates=candidates, kept=kept, rejected=candidates - kept,
+        rate=round(kept / candidates, 4) if candidates else 0.0, by_subtype=by_subtype,
+        reasons=dict(reasons.most_common()), examples=examples, judge_mean=result["judge_mean"],
+        manifest=manifest.rel(kept_path),
+    )

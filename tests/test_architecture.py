@@ -1,0 +1,114 @@
+"""The package's shape, checked from its source: layers that only depend downward, no import circle.
+
+Layers, top to bottom: the surfaces (`server`, `cli`, `commands`) > the tool adapters (`aci/tools/`) >
+the tool framework (`registry`, `envelope`) > the domain (everything else: state, rules, progress,
+training, evaluation, rollout, ...). Every import counts, also one inside a function (a lazy import is
+still an arrow), so a circle cannot hide behind one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "aci"
+SURFACES = {"aci.server", "aci.cli", "aci.commands"}
+FRAMEWORK = {"aci.registry", "aci.envelope"}
+# The registry finds the tool modules by listing the `aci.tools` package (which holds no code), so a new
+# tool needs no hand-kept list: the one import that points up, by design.
+DISCOVERY = ("aci.registry", "aci.tools")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = p.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def imports() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (`from aci import x` counts as aci.x when x is one)."""
+    mods = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in mods}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                for a in node.names:
+                    full = f"{base}.{a.name}"
+                    found.add(full if full in mods else base)
+        graph[name] = {m for m in found if m in mods and m != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def layer(module: str) -> int:
+    if module in SURFACES:
+        return 3
+    if module.startswith("aci.tools"):
+        return 2
+    return 1 if module in FRAMEWORK else 0
+
+
+def test_the_graph_sees_imports():
+    graph = imports()
+    assert {"aci.envelope", "aci.context", "aci.errors"} <= graph["aci.registry"]
+    assert "aci.registry" in graph["aci.tools.plan"]
+    assert "aci.training.config" in graph["aci.training.run"]  # a function-level import counts
+
+
+def test_no_import_circle():
+    found = circles(imports())
+    assert not found, f"import circles: {found}"
+
+
+def test_nothing_reaches_up():
+    graph = imports()
+    up = [f"{m} -> {d}" for m, deps in graph.items() for d in deps if layer(d) > layer(m) and (m, d) != DISCOVERY]
+    assert not up, "imports of a higher layer:\n" + "\n".join(sorted(up))
+
+
+def test_tool_adapters_do_not_import_each_other():
+    graph = imports()
+    across = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("aci.tools.")
+              for d in deps if d.startswith("aci.tools.")]
+    assert not across, across
