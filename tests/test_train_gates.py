@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -186,3 +187,14 @@ def test_a_refusal_reaches_the_agent_through_mcp(run):
 
     r = asyncio.run(go())
     assert r.is_error and "[rule forbidden-datasets]" in r.content[0].text and "openai/healthbench" in r.content[0].text
+
+
+@pytest.mark.parametrize("first_loss,vocab,flagged", [(11.8, 151_936, True), (2.1, 151_936, False),
+                                                      (5.4, 256, True), (None, 256, False), (3.0, None, False)])
+def test_a_first_loss_at_chance_is_named_with_what_it_means(first_loss, vocab, flagged):
+    from aci.training import chance
+
+    note = chance.advice(first_loss, vocab, 2e-5)
+    assert (note is not None) == flagged
+    if flagged:
+        assert f"ln {vocab:,} = {math.log(vocab):.2f}" in note and "2e-05" in note and "tokenizer and template" in note

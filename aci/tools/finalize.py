@@ -12,7 +12,9 @@ from aci.state import iso
 
 
 class FinalizeInput(ToolInput):
-    eval_limit: int | None = Field(None, ge=1, description="also run the eval command on final_model with this --limit")
+    RENAMED = {"eval_limit": "limit"}  # `limit`, as in eval-checkpoint
+
+    limit: int | None = Field(None, ge=1, description="also run the eval command on final_model with this --limit")
     timeout_s: float = Field(1800, gt=0, description="seconds the optional eval run may take")
 
 
@@ -36,7 +38,7 @@ class FinalizeOutput(ToolOutput):
 
 def _eval_run(ctx: Context, inp: FinalizeInput):
     """The eval command on final_model with a small limit: a smoke test, not a comparison (not recorded)."""
-    spec = runner.EvalSpec(limit=inp.eval_limit, timeout_s=inp.timeout_s)
+    spec = runner.EvalSpec(limit=inp.limit, timeout_s=inp.timeout_s)
     out_dir = ctx.state.root / runner.EVALS / f"finalize-{iso().replace(':', '')}"
 
     def run(path) -> str:
@@ -55,10 +57,11 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     (config.json loads); weights (safetensors, all shards readable, not .bin only); merged (no
     adapter_config.json / adapter_model.*); tokenizer loads; template (the run card's, else the
     tokenizer's, renders a prompt); end-of-turn (generation_config.json exists and its eos_token_id holds
-    the end-of-turn token's id, the same id the tokenizer gives it); processor (files the base model
+    the end-of-turn token's id, the same id the tokenizer gives it); sampling (the file read as vLLM
+    reads it: loads, and holds the settings promoted with an `<id>@<settings>` checkpoint); processor (files the base model
     has, e.g. Gemma's preprocessor_config.json); promotion (the folder is the one best.json names,
     unedited); eval-files (evaluate.py, evaluation_code/, templates/ unchanged); generates (the model
-    loads with transformers and writes a short reply to a rendered prompt); with --eval-limit N, eval
+    loads with transformers and writes a short reply to a rendered prompt); with --limit N, eval
     (the eval command scores final_model on N samples). The run's `finalized` gate needs a pass newer
     than the last promotion: run it after every promotion and fix every failed item."""
     ctx.require_card()
@@ -68,7 +71,7 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     best = ctx.best
     items = checks.check(final, template=runner.template_text(ctx), base_dir=checkpoints.base(ctx).local, best=best,
                          changed_eval_files=protected_changed(ctx),
-                         evaluate=_eval_run(ctx, inp) if inp.eval_limit else None)
+                         evaluate=_eval_run(ctx, inp) if inp.limit else None)
     passed = all(i.passed for i in items)
     record = {"passed": passed, "ts": iso(), "path": str(final), "checkpoint": (best or {}).get("checkpoint"),
               "promotion_id": (swap.marker(final) or {}).get("promotion_id"),

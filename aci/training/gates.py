@@ -74,10 +74,10 @@ def resolve_model(ctx: Context, model: str) -> Source:
     return Source(model, path, bool(entry.get("adapter")) and path != merged)
 
 
-def check_data(ctx: Context, path: Path, source: str | None) -> str:
+def check_data(ctx: Context, path: Path, sources: list[str]) -> str:
     """Banned names first (the file's name and declared sources, not the folders above it), then the
     contamination result for the file's current bytes. Returns the sha256 the job must train on."""
-    for name in filter(None, [source, path.name]):
+    for name in filter(None, [*sources, path.name]):
         ctx.rules.check_dataset_name(name)
     recorded = manifest.read(ctx.state, path)
     for name in filter(None, [(recorded or {}).get(k) for k in ("source", "dataset")]):

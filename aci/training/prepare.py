@@ -19,7 +19,7 @@ from aci import jobs, manifest
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
-from aci.training import batch, gates, hardware
+from aci.training import batch, chance, gates, hardware
 from aci.training import config as config_mod
 from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
 from aci.training.request import LORA_TARGETS, TrainRequest
@@ -141,7 +141,7 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
         raise ACIError(f"{action} needs --data (a JSONL file of {'SFT samples' if req.method == 'sft' else 'tasks'})")
     data_path = ctx.path(req.data, must_exist=True, what="data")
     req = req.model_copy(update={"data": str(data_path)})
-    data_sha256 = gates.check_data(ctx, data_path, req.source)
+    data_sha256 = gates.check_data(ctx, data_path, req.sources)
     src = gates.resolve_model(ctx, req.model)
     template_path = gates.resolve_template(ctx, req.template)
     deepspeed = deepspeed_config(req, ctx)
@@ -180,6 +180,10 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
         source = f"measured now by job {probe.id}"
         found = probe.progress.get("batch") or {}
         report["batch"] = {**found, "source": f"measured now by job {probe.id}"}
+        report["first_loss"] = probe.progress.get("first_loss")
+        note = chance.advice(report["first_loss"], probe.progress.get("vocab_size"), cfg.learning_rate)
+        if note:
+            warnings.append(note)
     else:
         hit = batch.measured(ctx.state, cfg.model_dump(mode="json")) if req.find_batch else None
         found = hit[0] if hit else {}

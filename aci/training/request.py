@@ -32,8 +32,8 @@ class TrainRequest(Schedule):
                                                               "records rewarded by their grader")
     data: str | None = Field(None, description="JSONL/JSON file: SFT samples (messages, prompt/completion, "
                                                "question/answer) or, for grpo, task records")
-    source: str | None = Field(None, description="where the data came from (hub id or URL), checked against "
-                                                 "the banned datasets")
+    sources: list[str] = Field(default_factory=list, description="where the data came from (hub ids or URLs), "
+                                                                "checked against the banned datasets")
     model: str = Field("base", description="checkpoint to train from: 'base' or a registered id "
                                            "'<job>/checkpoint-<step>' (or a path to either)")
     template: str | None = Field(None, description="chat template .jinja (default: the run card's; else the "
