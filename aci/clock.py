@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from aci.errors import ACIError
-from aci.state import now, parse_ts
+from aci.records import RunCard
+from aci.state import now
 
 TIMER = "timer.sh"
 _REMAINING = re.compile(r"(\d+):(\d{1,2})\s*$")
@@ -90,17 +91,16 @@ def parse_deadline(text: str) -> tuple[datetime, str | None]:
                    f"{local.isoformat(timespec='seconds')}; add an offset (+02:00) or Z to say otherwise")
 
 
-def clock_for(workdir: Path, card: dict | None, reserve_min: float) -> Clock:
+def clock_for(workdir: Path, card: RunCard | None, reserve_min: float) -> Clock:
     reserve = timedelta(minutes=reserve_min)
     remaining = read_timer(workdir)
     if remaining is not None:
         # timer.sh has minute resolution; round the deadline down to be safe.
         return Clock(now() + remaining, reserve, TIMER)
     if card:
-        if card.get("deadline"):
-            return Clock(parse_ts(card["deadline"]), reserve, "run card deadline")
-        started = parse_ts(card["started_at"])
-        return Clock(started + timedelta(hours=float(card["budget_hours"])), reserve, "run card budget")
+        if card.deadline:
+            return Clock(card.deadline, reserve, "run card deadline")
+        return Clock(card.started_at + timedelta(hours=card.budget_hours), reserve, "run card budget")
     return Clock(None, reserve, "none")
 
 

@@ -23,7 +23,7 @@ def stop_decision(ctx: Context, hook: dict | None = None) -> dict | None:
     if gates(ctx)["target-met"].passed:
         return None
     best = ctx.best
-    best_txt = f"best {best['checkpoint']} = {best['score']:.4g}" if best else "no final_model promoted yet"
+    best_txt = f"best {best.checkpoint} = {best.score:.4g}" if best else "no final_model promoted yet"
     action = next_actions(ctx)[0]
     return {
         "decision": "block",

@@ -82,7 +82,7 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         folder.mkdir(parents=True)
         w.write_json(f"{rel}/config.json", config)
         record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)
-        dumped = record.model_dump(mode="json") | {"started_at": iso(record.started_at)}  # state's iso format
+        dumped = record.model_dump(mode="json")
         w.write_json(f"{rel}/job.json", dumped | {"cwd": str(cwd)})
         log = open(folder / "log", "ab")
         full_env = {**os.environ, **(env or {}), "ACI_JOB_DIR": str(folder), "ACI_STATE": str(state.root),
@@ -278,7 +278,7 @@ def write_progress(fields: dict[str, Any], folder: str | Path | None = None) -> 
 
 def _exit(rc: int | None, status: str, reason: str | None, **usage) -> dict:
     ex = records.JobExit(returncode=rc, status=status, ended_at=now(), reason=reason, **usage)
-    return ex.model_dump(mode="json") | {"ended_at": iso(ex.ended_at)}  # state's iso format
+    return ex.model_dump(mode="json")
 
 
 def _supervise(folder: Path) -> int:

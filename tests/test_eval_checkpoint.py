@@ -572,6 +572,7 @@ def test_full_evaluation_and_the_sample_count_the_run_reports(workdir, tiny_mode
     assert (e["limit"], e["samples"]) == (None, 150)
     e = call(workdir, checkpoint="base", limit=-1).result
     assert (e["limit"], e["samples"]) == (-1, 1319)
+    assert [Path(p).parent.name for p in e["inspect_logs"]] == ["logs"]  # where to read its failures
     log = (ctx(workdir).state.root / "evals" / e["eval_id"] / "seed-0.log").read_text()
     assert "on -1 samples" in log  # passed through as typed, which the script reads as all
     assert call(workdir, checkpoint="base", limit=66).result["samples"] == 66

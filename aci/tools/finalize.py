@@ -68,7 +68,7 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     with swap.locked(ctx.state.root):
         notes = promotion.sync(ctx)
     final = swap.final_dir(ctx.workdir)
-    best = ctx.best
+    best = ctx.best.model_dump(mode="json") if ctx.best else None
     items = checks.check(final, template=runner.template_text(ctx), base_dir=checkpoints.base(ctx).local, best=best,
                          changed_eval_files=protected_changed(ctx),
                          evaluate=_eval_run(ctx, inp) if inp.limit else None)
