@@ -37,6 +37,19 @@ class Context:
         budget_h = (self.card or {}).get("budget_hours") or self.rules.profile.budget_hours
         return clock_for(self.workdir, self.card, self.rules.profile.reserve_min(float(budget_h) * 60))
 
+    def settle_clock(self) -> None:
+        """Record the deadline on the run card when timer.sh moved it (see `clock.from_timer`), so every later
+        call reads the same deadline. Called before a tool runs, when no state lock is held."""
+        clk = self.clock
+        if not (clk.to_record and self.card):
+            return
+        was = self.card.get("deadline")
+        deadline = clk.deadline.isoformat(timespec="seconds")
+        with self.state.event("clock", f"deadline {deadline} from timer.sh (the run card said {was})", tool="clock",
+                              data={"deadline": deadline, "was": was}) as w:
+            w.write_json(records.RUN_CARD, {**self.card, "deadline": deadline})
+        self.forget()
+
     @cached_property
     def best(self) -> dict | None:
         return self.state.read(records.BEST)

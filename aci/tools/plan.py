@@ -14,7 +14,7 @@ from aci.clock import parse_deadline, read_timer
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation.command import translate
-from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
+from aci.progress import PROFILE_CHANGE, Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
 from aci.state import iso, now
 from aci.training import gates as train_gates
@@ -60,7 +60,7 @@ class PlanOutput(ToolOutput):
             lines.append(f"eval: {c.get('eval_command') or '-'}")
             lines.append(f"template: {c.get('template') or '-'}   deadline source: {self.deadline_source}")
         for p in self.phases:
-            mark = {"done": "x", "current": ">", "pending": " "}[p.status]
+            mark = {"done": "x", "current": ">", "pending": " ", "missed": "-"}[p.status]
             lines.append(f" [{mark}] {p.name:<12} {p.spent_min:7.1f} / {p.allocated_min:6.1f} min   gate {p.gate}")
         lines += [f"eval command as typed, changed: {t}" for t in self.translation]
         lines += [f"next: {a}" for a in self.next_actions]
@@ -147,6 +147,17 @@ def _onto_existing_card(card: dict, fields: dict) -> tuple[dict, list[str]]:
     return changed, notes
 
 
+def _profile_change(ctx: Context, profile: str) -> dict | None:
+    """`init --force` over a card with another rules profile: from, to, and what the switch weakens."""
+    old = (ctx.card or {}).get("profile")
+    if not old or old == profile:
+        return None
+    from aci import rules as rules_mod
+
+    weakened = rules_mod.load(old).profile.weakened_in(rules_mod.load(profile).profile)
+    return {"from": old, "to": profile, "weakened": weakened}
+
+
 @tool("plan", title="Run card and phase plan", idempotent=False)
 def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
     """Create (init), read (show) or change (update) the run card: base model, benchmark, eval command,
@@ -188,7 +199,16 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
             card["reference"] = train_gates.pin_reference(ctx, card["reference"], None)
         warnings += _check_fields(ctx, card)
         model = records.RunCard.model_validate(card)
-        with ctx.state.event("plan", f"run card: {card['base_model']} on {card['benchmark']}", tool="plan", data=typed) as w:
+        message = f"run card: {card['base_model']} on {card['benchmark']}"
+        change = _profile_change(ctx, profile)
+        if change:
+            message += f" (rules profile {change['from']} -> {change['to']})"
+            if change["weakened"]:
+                warnings.append(f"the rules profile changed from {change['from']} to {change['to']} mid-run, which "
+                                f"weakens them: {'; '.join(change['weakened'])}. The journal keeps this and status "
+                                f"shows it for the rest of the run")
+        data = {**typed, **({PROFILE_CHANGE: change} if change else {})}
+        with ctx.state.event("plan", message, tool="plan", data=data) as w:
             w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
     elif action == "update":
         card = dict(ctx.require_card())
