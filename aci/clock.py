@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from aci.errors import ACIError
-from aci.state import now, parse_ts
+from aci.records import RunCard
+from aci.state import now
 
 TIMER = "timer.sh"
 TIMER_RESOLUTION = timedelta(minutes=1)  # timer.sh prints whole minutes, rounded down
@@ -106,18 +107,16 @@ def from_timer(remaining: timedelta, recorded: datetime | None) -> tuple[datetim
     return low, True
 
 
-def clock_for(workdir: Path, card: dict | None, reserve_min: float) -> Clock:
+def clock_for(workdir: Path, card: RunCard | None, reserve_min: float) -> Clock:
     reserve = timedelta(minutes=reserve_min)
     remaining = read_timer(workdir)
     if remaining is not None:
-        recorded = parse_ts(str(card["deadline"])) if card and card.get("deadline") else None
-        deadline, moved = from_timer(remaining, recorded)
-        return Clock(deadline, reserve, TIMER, to_record=moved and bool(card))
+        deadline, moved = from_timer(remaining, card.deadline if card else None)
+        return Clock(deadline, reserve, TIMER, to_record=moved and card is not None)
     if card:
-        if card.get("deadline"):
-            return Clock(parse_ts(card["deadline"]), reserve, "run card deadline")
-        started = parse_ts(card["started_at"])
-        return Clock(started + timedelta(hours=float(card["budget_hours"])), reserve, "run card budget")
+        if card.deadline:
+            return Clock(card.deadline, reserve, "run card deadline")
+        return Clock(card.started_at + timedelta(hours=card.budget_hours), reserve, "run card budget")
     return Clock(None, reserve, "none")
 
 

@@ -310,7 +310,7 @@ class Report:
 # -- SIMPLE: the judge's algorithm ---------------------------------------------------------------------
 def _grams(toks: list[int], n: int) -> list[tuple[int, ...]]:
     """The n-gram starting at each position (C-speed zip)."""
-    return list(zip(*(toks[k:] for k in range(n)), strict=False)) if len(toks) >= n else []
+    return list(zip(*[toks[k:] for k in range(n)], strict=False))
 
 
 def _fewest(weights: Iterable[float], need: float) -> int:
@@ -406,7 +406,7 @@ class _Alone:
         found = distinct.intersection(self.sets[i])
         if len(found) < self.fewest[i] or not self.norm[i]:
             return 0.0
-        return sum(self.idf[g] for g in found) / self.norm[i]
+        return sum(map(self.idf.__getitem__, found)) / self.norm[i]
 
     def best(self, i: int, grams: list[tuple]) -> float:
         """The best share of item i's n-grams within one run of matches (gaps <= Q_MAX_MISSES + 1)."""
@@ -519,7 +519,7 @@ class SimpleIndex:
             found = row.distinct.intersection(it.q_set)
             if len(found) < it.q_fewest:
                 continue
-            q = sum(self.q_idf[g] for g in found) / it.q_total
+            q = sum(map(self.q_idf.__getitem__, found)) / it.q_total
             if q < it.q_floor - EPS:
                 continue
             bound = it.weights["question"] * q

@@ -75,7 +75,7 @@ def envelope(ctx: Context) -> RunInfo:
         time_left=clock.fmt(left),
         time_left_min=round(left.total_seconds() / 60, 1) if left is not None else None,
         in_final_reserve=clk.in_reserve(),
-        best=BestInfo(checkpoint=best["checkpoint"], score=best["score"], range=best.get("range")) if best else None,
+        best=BestInfo(checkpoint=best.checkpoint, score=best.score, range=best.range) if best else None,
         reminders=reminders(ctx),
     )
 

@@ -150,6 +150,27 @@ def choose(requested: str, *, cuda: bool, vllm: bool, free_fraction: float | Non
     return "transformers", blocker
 
 
+def gpu_free_fraction() -> float:
+    """The share of the first visible GPU's memory that is free. Read through NVML (installed with vLLM) so
+    this process creates no CUDA context: vLLM's engine processes then start the usual way."""
+    import os
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+        handle = (pynvml.nvmlDeviceGetHandleByIndex(int(first)) if first.isdigit()
+                  else pynvml.nvmlDeviceGetHandleByUUID(first))
+        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return info.free / info.total
+    except Exception:  # noqa: BLE001 - no NVML: ask torch (which then holds a context)
+        import torch
+
+        free, total = torch.cuda.mem_get_info()
+        return free / total
+
+
 def vllm_memory(free_fraction: float) -> float:
     """The share of GPU memory vLLM may take: what is free, less a margin, at most `VLLM_MEMORY_CAP`."""
     return round(min(VLLM_MEMORY_CAP, free_fraction - 0.05), 3)
@@ -160,11 +181,8 @@ def load(model_path: str | Path, *, backend: str = "auto", batch_size: int = 16,
     """The generator for `model_path`: vLLM where it can run (see `choose`), else transformers."""
     import torch
 
-    cuda = torch.cuda.is_available()
-    free = None
-    if cuda:
-        free_b, total_b = torch.cuda.mem_get_info()
-        free = free_b / total_b
+    cuda = torch.cuda.is_available()  # creates no CUDA context
+    free = gpu_free_fraction() if cuda else None
     name, why = choose(backend, cuda=cuda, vllm=vllm_installed(), free_fraction=free)
     if name == "vllm":
         try:

@@ -39,7 +39,7 @@ def benchmark_card(ctx: Context) -> dict:
 
 def targets(ctx: Context) -> list[tuple[float, str]]:
     """(value, where it comes from) of every target, lowest first: the run card's, then the benchmark card's."""
-    found = [(float(t["value"]), "run card target") for t in (ctx.card or {}).get("targets", [])]
+    found = [(t.value, "run card target") for t in (ctx.card.targets if ctx.card else [])]
     for t in benchmark_card(ctx).get("targets") or []:
         if isinstance(t, dict) and isinstance(t.get("value"), (int, float)):
             found.append((float(t["value"]), "benchmark card" + (f": {t['note']}" if t.get("note") else "")))
@@ -51,7 +51,7 @@ def _fmt(x: float) -> str:
 
 
 def goal(ctx: Context) -> Goal:
-    best = (ctx.best or {}).get("score")
+    best = ctx.best.score if ctx.best else None
     all_targets = targets(ctx)
     met = [v for v, _ in all_targets if best is not None and best >= v]
     unmet = [(v, s) for v, s in all_targets if best is None or best < v]

@@ -25,7 +25,7 @@ def stop_decision(ctx: Context, hook: dict | None = None) -> dict | None:
     if work_left is None:
         return None
     best = ctx.best
-    best_txt = f"best {best['checkpoint']} = {best['score']:.4g}" if best else "no final_model promoted yet"
+    best_txt = f"best {best.checkpoint} = {best.score:.4g}" if best else "no final_model promoted yet"
     if work_left.total_seconds() <= 0:
         left = clk.left()
         if gates(ctx)["finalized"].passed or (hook or {}).get("stop_hook_active") or not left:

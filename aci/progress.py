@@ -7,15 +7,13 @@ drift from what really happened. `status` and `log-state summary` return the lon
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pydantic import BaseModel, Field
 
 from aci import clock, jobs, manifest, records
 from aci.context import Context
 from aci.goal import BENCHMARK_CARD, Goal, goal
 from aci.rules import Guide
-from aci.state import now, parse_ts
+from aci.state import iso, now, parse_ts
 
 FINALIZE = "finalize.json"
 PROFILE_CHANGE = "profile_change"  # key of a plan event's data when init --force changed the rules profile
@@ -37,24 +35,21 @@ class Gate(BaseModel):
     evidence: str = ""
 
 
-def _ts(value: str | None) -> datetime | None:
-    return parse_ts(value) if value else None
-
-
 def gates(ctx: Context) -> dict[str, Gate]:
-    st, card, best = ctx.state, ctx.card or {}, ctx.best
+    st, card, best = ctx.state, ctx.card, ctx.best
     journal = st.journal() if card else []
     out: dict[str, Gate] = {}
 
     cards = [e for e in journal if e.get("kind") == BENCHMARK_CARD]
-    ok = bool(card.get("eval_command")) and bool(cards)
+    has_command = bool(card and card.eval_command)
+    ok = has_command and bool(cards)
     out["run-card"] = Gate(
         name="run-card", passed=ok, at=cards[0]["ts"] if ok else None,
         evidence="eval command set and benchmark card recorded" if ok else
-        ("no benchmark card in the journal" if card.get("eval_command") else "run card has no eval command"),
+        ("no benchmark card in the journal" if has_command else "run card has no eval command"),
     )
 
-    minimum = ctx.rules.min_samples(card.get("benchmark_size")) if card else 0
+    minimum = ctx.rules.min_samples(card.benchmark_size) if card else 0
     base = [
         e for e in st.lines(records.CHECKPOINTS)
         if e.get("type") == "evaluated" and e.get("checkpoint") == "base" and not e.get("error")
@@ -67,25 +62,25 @@ def gates(ctx: Context) -> dict[str, Gate]:
     )
 
     # Promoting the base model as a floor keeps a submittable final_model but is not a trained model yet.
-    trained = bool(best) and best.get("checkpoint") != "base"
+    trained = best is not None and best.checkpoint != "base"
     promotes = [e for e in journal if e.get("kind") == "promote" and (e.get("data") or {}).get("checkpoint") != "base"]
     out["first-promoted"] = Gate(
         name="first-promoted", passed=trained,
-        at=(promotes[0]["ts"] if promotes else best.get("promoted_at")) if trained else None,
-        evidence=f"final_model is {best['checkpoint']} ({best['score']})" if trained
+        at=(promotes[0]["ts"] if promotes else iso(best.promoted_at)) if trained else None,
+        evidence=f"final_model is {best.checkpoint} ({best.score})" if trained
         else "final_model is the base model: promote a trained checkpoint" if best else "no final_model promoted yet",
     )
 
-    met = [t for t in card.get("targets", []) if best and best.get("score", float("-inf")) >= t["value"]]
+    met = [t for t in (card.targets if card else []) if best and best.score >= t.value]
     out["target-met"] = Gate(
-        name="target-met", passed=bool(met), at=(best or {}).get("promoted_at") if met else None,
-        evidence=f"target {met[-1]['metric']} >= {met[-1]['value']} met by {best['checkpoint']} ({best['score']}); "
-                 f"the run goes on to a stretch goal" if met else "no target met",
+        name="target-met", passed=bool(met), at=iso(best.promoted_at) if met else None,
+        evidence=f"target {met[-1].metric} >= {met[-1].value} met by {best.checkpoint} ({best.score}); the run "
+                 f"goes on to a stretch goal" if met else "no target met",
     )
 
     fin = st.read(FINALIZE)
     # Pinned to the promotion: a later promotion makes an earlier passing finalize stale.
-    fresh = bool(fin and fin.get("passed") and (not best or fin.get("promotion_id") == best.get("promotion_id")))
+    fresh = bool(fin and fin.get("passed") and (not best or fin.get("promotion_id") == best.promotion_id))
     out["finalized"] = Gate(
         name="finalized", passed=fresh, at=fin.get("ts") if fresh else None,
         evidence="finalize passed on the current final_model" if fresh else "finalize has not passed on the current final_model",
@@ -102,7 +97,7 @@ def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseS
     if not card:
         return []
     gate_map = gate_map or gates(ctx)
-    start = _ts(card["started_at"])
+    start = card.started_at
     t = now()
     clk = ctx.clock
     in_reserve = clk.in_reserve()
@@ -111,9 +106,9 @@ def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseS
     keep = next(name for name, g in ctx.rules.file.phases.items() if g.after_all_gates)
     out, current_found = [], False
     prev_end = start
-    for ph, allocated in ctx.rules.profile.allocation(float(card["budget_hours"]) * 60):
+    for ph, allocated in ctx.rules.profile.allocation(card.budget_hours * 60):
         g = gate_map.get(ph.gate)
-        passed_at = _ts(g.at) if g and g.passed and g.at else None
+        passed_at = parse_ts(g.at) if g and g.passed and g.at else None
         if ph.name == reserve_phase:
             status, end = ("current", t) if in_reserve else ("pending", prev_end)
             if in_reserve:
@@ -148,14 +143,14 @@ def guide(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> Guide:
 def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None, the_goal: Goal | None = None) -> list[str]:
     """The phase's next actions (rules.yaml), led by what the goal asks once a model is promoted."""
     base = guide(ctx, phase_list).next
-    if not ctx.card or not ctx.best or ctx.clock.in_reserve():
+    best = ctx.best
+    if not ctx.card or not best or ctx.clock.in_reserve():
         return base
     g = the_goal or goal(ctx)
-    best = ctx.best
     if g.source == "top of the scale":
-        lead = (f"final_model ({best['checkpoint']}) scores {best['score']:.4g} on {best.get('samples') or 'some'} "
-                f"samples: evaluate it on every item (aci eval-checkpoint evaluate --checkpoint {best['checkpoint']}, no "
-                f"--limit) and with --trials 3; read the failures that shows, or make the data harder and more varied.")
+        lead = (f"final_model ({best.checkpoint}) scores {best.score:.4g} on {best.samples or 'some'} samples: "
+                f"evaluate it on every item (aci eval-checkpoint evaluate --checkpoint {best.checkpoint} --limit -1) "
+                f"and with --trials 3; read the failures that shows, or make the data harder and more varied.")
     elif g.stretch:
         lead = (f"Target met: keep improving until the final reserve. Next goal {g.value:.4g} ({g.source}): one "
                 f"hypothesis per iteration, compared with aci eval-checkpoint compare.")
@@ -164,7 +159,7 @@ def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None, the_
     return [lead, *base]
 
 
-def finalized_at(ctx: Context, gate_map: dict[str, Gate]) -> str | None:
+def finalized_at(gate_map: dict[str, Gate]) -> str | None:
     g = gate_map.get("finalized")
     return g.at if g and g.passed else None
 
@@ -185,8 +180,8 @@ def plainly(ctx: Context, gate_map: dict[str, Gate], the_goal: Goal, weakened: l
     """Where the run stands, in a few plain sentences: what is done, what the goal is, what time is left."""
     clk, best = ctx.clock, ctx.best
     left, work = clock.fmt(clk.left()), clock.fmt(clk.left_for_work())
-    model = f"final_model ({best['checkpoint']}, {best['score']:.4g})" if best else None
-    done_at = finalized_at(ctx, gate_map)
+    model = f"final_model ({best.checkpoint}, {best.score:.4g})" if best else None
+    done_at = finalized_at(gate_map)
     out = []
     if clk.in_reserve():
         if model and done_at:
@@ -202,8 +197,7 @@ def plainly(ctx: Context, gate_map: dict[str, Gate], the_goal: Goal, weakened: l
         if model and done_at:
             out.append(f"Done so far: {model} passed finalize at {done_at}; it is ready to be scored as it is.")
         elif model:
-            out.append(f"final_model is {best['checkpoint']} ({best['score']:.4g}); aci finalize has not passed on "
-                       f"it yet.")
+            out.append(f"final_model is {best.checkpoint} ({best.score:.4g}); aci finalize has not passed on it yet.")
         out.append(f"{the_goal.text[:1].upper()}{the_goal.text[1:]}. {work} left before the final reserve"
                    + (": keep improving until then." if the_goal.stretch else "."))
     out += [f"Rules weakened mid-run ({w})." for w in weakened]
@@ -212,7 +206,7 @@ def plainly(ctx: Context, gate_map: dict[str, Gate], the_goal: Goal, weakened: l
 
 def protected_changed(ctx: Context) -> list[str]:
     changed = []
-    for rel, digest in (ctx.card or {}).get("protected", {}).items():
+    for rel, digest in (ctx.card.protected if ctx.card else {}).items():
         p = ctx.workdir / rel
         if not p.is_file() or manifest.file_hash(p) != digest:
             changed.append(rel)
@@ -257,7 +251,7 @@ class Summary(BaseModel):
 
 
 def summarise(ctx: Context, last: int = 10) -> Summary:
-    card = ctx.card or {}
+    card = ctx.card
     gate_map = gates(ctx) if card else {}
     phase_list = phases(ctx, gate_map)
     current = next((p.name for p in phase_list if p.status == "current"), None)
@@ -266,11 +260,11 @@ def summarise(ctx: Context, last: int = 10) -> Summary:
     the_goal = goal(ctx) if card else None
     weakened = rules_weakened(ctx)
     return Summary(
-        has_run_card=bool(card),
-        profile=card.get("profile"),
-        base_model=card.get("base_model"),
-        benchmark=card.get("benchmark"),
-        eval_command=card.get("eval_command"),
+        has_run_card=card is not None,
+        profile=card.profile if card else None,
+        base_model=card.base_model if card else None,
+        benchmark=card.benchmark if card else None,
+        eval_command=card.eval_command if card else None,
         deadline=clk.deadline.isoformat(timespec="seconds") if clk.deadline else None,
         deadline_source=clk.source,
         time_left=clock.fmt(clk.left()),
@@ -278,7 +272,7 @@ def summarise(ctx: Context, last: int = 10) -> Summary:
         current_phase=current,
         phases=phase_list,
         gates=list(gate_map.values()),
-        best=ctx.best,
+        best=ctx.best.model_dump(mode="json") if ctx.best else None,
         last_events=ctx.state.journal(last) if card else [],
         running_jobs=[j.model_dump(mode="json") for j in jobs.active(ctx.state)],
         next_actions=next_actions(ctx, phase_list, the_goal) if card else now_guide.next,

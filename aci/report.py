@@ -51,7 +51,7 @@ class Run:
     generated: str = field(default_factory=iso)
 
 
-def collect(state_dir: Path) -> Run:
+def collect(state_dir: Path, workdir: Path | None = None) -> Run:
     from aci.context import Context
     from aci.errors import ACIError
     from aci.progress import FINALIZE, phases
@@ -60,9 +60,9 @@ def collect(state_dir: Path) -> Run:
     card = state.read(records.RUN_CARD)
     if not card:
         raise ACIError(f"no run card in {state.root}: nothing to report (is --state the run's state folder?)")
-    workdir = Path(card.get("workdir") or state.root.parent)
-    if not workdir.is_dir():
-        workdir = state.root.parent
+    if workdir is None:  # the run's own working directory, else the folder holding the state
+        workdir = Path(card.get("workdir") or state.root.parent)
+        workdir = workdir if workdir.is_dir() else state.root.parent
     ctx = Context(state=state.root, workdir=workdir)
     return Run(
         state=state, card=card, journal=state.journal(),
@@ -516,22 +516,22 @@ def render(run: Run, out: Path) -> Path:
     return path
 
 
-def write(state_dir: Path, out: Path | None = None) -> Path:
-    run = collect(state_dir)
+def write(state_dir: Path, out: Path | None = None, workdir: Path | None = None) -> Path:
+    run = collect(state_dir, workdir)
     return render(run, out or run.workdir / "report")
 
 
 @click.command()
 @click.option("--state", "state_dir", type=click.Path(file_okay=False), default=None,
-              help="the run's state folder (default: aci --state, $ACI_STATE, else ./state)")
+              help="the run's state folder (default: aci --state, $ACI_STATE, else <aci --workdir>/state)")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="folder for report.html and the PNG plots (default: <workdir>/report)")
 @click.pass_context
 def command(cctx: click.Context, state_dir: str | None, out: str | None) -> None:
     """Write a self-contained HTML report of a run (timeline, phases, scores, data gates, loss curves)."""
-    import os
+    from aci.state import resolve_root
 
     root = cctx.find_root().obj or {}
-    chosen = state_dir or root.get("state") or os.environ.get("ACI_STATE") or "state"
-    page = write(Path(chosen).resolve(), Path(out).resolve() if out else None)
+    workdir = Path(root["workdir"]).resolve() if root.get("workdir") else None
+    page = write(resolve_root(state_dir or root.get("state"), workdir), Path(out).resolve() if out else None, workdir)
     click.echo(f"wrote {page}")

@@ -1,9 +1,10 @@
 """Bench: checking 100,000 training rows against a 1,319-item reference (GSM8K test size), mode simple.
 
 Generates GSM8K-like word problems from templates: the reference (1,319 items with worked solutions)
-and the training set (chat samples: a question from templates in the reference's style and vocabulary,
-so common phrases hit the index, and a worked answer), with 50 verbatim copies of reference items (all
-must be flagged with label `judge`) and 50 near-copies (one number changed). Times
+and the training set (chat samples with a worked answer: half of them on the reference's own problem
+shapes with other names and numbers, as a generator matching the benchmark's style writes them, so long
+phrases hit the index; half on the set's own shapes in the same vocabulary), with 50 verbatim copies of
+reference items (all must be flagged with label `judge`) and 50 near-copies (one number changed). Times
 `aci.contamination.check` (indexing + streaming the training file, including reading and tokenising it)
 in CPU seconds of this process, and reports the peak memory (max RSS). For comparison it also times
 cl100k tokenisation of the same texts alone, the floor of any method that reads every token.

@@ -17,7 +17,9 @@ The last line printed is `speedup=X` (vLLM tokens/s over transformers tokens/s; 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,32 +31,33 @@ from gpu_train import QWEN3_1_7B, TINY, build, samples  # noqa: E402
 
 
 def run(backend: str, model: Path, prompts: list[list[int]], new_tokens: int, batch_size: int) -> tuple[float, int]:
-    """(tokens/s, completion tokens) of one timed call after a warm-up call."""
+    """(tokens/s, completion tokens) of one timed call after a warm-up call, in this process."""
     import torch
 
     from aci import generation
 
     gen = generation.load(model, backend=backend, batch_size=batch_size, max_model_len=4096)
-    sampling = generation.Sampling(max_new_tokens=new_tokens)
-    try:
-        gen.generate(prompts[:min(len(prompts), batch_size)], generation.Sampling(max_new_tokens=8))  # warm-up
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = gen.generate(prompts, sampling)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
-    finally:
-        gen.close()
-        del gen
-        import gc
-
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+    gen.generate(prompts[:min(len(prompts), batch_size)], generation.Sampling(max_new_tokens=8))  # warm-up
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = gen.generate(prompts, generation.Sampling(max_new_tokens=new_tokens))
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
     tokens = sum(c.completion_tokens for c in out)
     return tokens / seconds, tokens
+
+
+def run_apart(backend: str, model: Path, prompts: list[list[int]], new_tokens: int, batch_size: int):
+    """`run` in a process of its own, so each backend starts with the whole GPU and leaves nothing behind."""
+    work = model.parent / f"{backend}.json"
+    work.write_text(json.dumps({"prompts": prompts, "new_tokens": new_tokens, "batch_size": batch_size}))
+    r = subprocess.run([sys.executable, __file__, "--one", backend, str(model), str(work)], capture_output=True,
+                       text=True)
+    if r.returncode:
+        raise SystemExit(f"{backend} generation failed:\n{r.stdout[-2000:]}{r.stderr[-4000:]}")
+    return tuple(json.loads(r.stdout.strip().splitlines()[-1]))
 
 
 def main() -> int:
@@ -87,7 +90,7 @@ def main() -> int:
             if backend == "vllm" and not (cuda and generation.vllm_installed()):
                 print("vllm: not measured (needs CUDA and the vllm package)")
                 continue
-            rate, tokens = run(backend, model, prompts, new, batch)
+            rate, tokens = run_apart(backend, model, prompts, new, batch)
             rates[backend] = rate
             print(f"{backend}: {rate:,.0f} tokens/s ({tokens} tokens)", flush=True)
     print(" ".join(f"tokens_per_s_{k}={v:.0f}" for k, v in rates.items()))
@@ -97,4 +100,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1:2] == ["--one"]:
+        spec = json.loads(Path(sys.argv[4]).read_text())
+        print(json.dumps(run(sys.argv[2], Path(sys.argv[3]), spec["prompts"], spec["new_tokens"], spec["batch_size"])))
+    else:
+        sys.exit(main())

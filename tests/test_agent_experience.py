@@ -25,7 +25,7 @@ from aci.clock import TIMER_RESOLUTION, from_timer
 from aci.context import Context
 from aci.errors import ACIError
 from aci.guard import stop_decision
-from aci.state import now
+from aci.state import iso, now
 from tests.conftest import mcp_client
 
 BUDGET_MIN = 40
@@ -204,14 +204,14 @@ def test_timer_readings_do_not_move_the_recorded_deadline():
 def test_a_disagreeing_timer_moves_the_deadline_once_and_says_so(workdir):
     (workdir / "timer.sh").write_text('echo "Remaining time (hours:minutes):"; echo "2:00"\n')
     _init(workdir)
-    first = Context(workdir=workdir).card["deadline"]
+    first = iso(Context(workdir=workdir).card.deadline)
     (workdir / "timer.sh").write_text('echo "Remaining time (hours:minutes):"; echo "3:00"\n')
     for _ in range(2):
         registry.call("status", {}, Context(workdir=workdir))
     ctx = Context(workdir=workdir)
     moved = [e for e in ctx.state.journal() if e["kind"] == "clock"]
     assert len(moved) == 1 and moved[0]["data"]["was"] == first
-    assert ctx.card["deadline"] == moved[0]["data"]["deadline"] and ctx.clock.source == "timer.sh"
+    assert iso(ctx.card.deadline) == moved[0]["data"]["deadline"] and ctx.clock.source == "timer.sh"
 
 
 def test_a_profile_switch_is_journaled_and_shown_as_weaker_rules(workdir):

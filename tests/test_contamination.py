@@ -307,11 +307,11 @@ def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(wo
     (workdir / "tiny.jsonl").write_text('{"question": "What is 7 times 8?", "answer": "56"}\n')
     strict_card(workdir, reference=ref.name)
     ctx = Context(workdir=workdir)
-    assert ctx.card["reference"] == {"path": str(ref), "sha256": manifest.file_hash(ref)}
+    assert ctx.card.reference == {"path": str(ref), "sha256": manifest.file_hash(ref)}
 
     def gate() -> str:
         with pytest.raises(ACIError) as e:
-            gates.check_data(Context(workdir=workdir), data, None)
+            gates.check_data(Context(workdir=workdir), data, [])
         assert e.value.rule == "no-test-data"
         return str(e.value)
 
@@ -323,7 +323,7 @@ def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(wo
         assert why in gate()
     out = check(workdir, path=str(data))  # the pinned reference is the default
     assert out.reference == str(ref) and out.opens_train_gate
-    assert gates.check_data(Context(workdir=workdir), data, None) == out.sha256
+    assert gates.check_data(Context(workdir=workdir), data, []) == out.sha256
     with pytest.raises(ACIError) as e:  # the pin stays under strict rules
         registry.call("plan", {"action": "update", "reference": "other.jsonl"}, Context(workdir=workdir))
     assert e.value.rule == "no-test-data"
@@ -337,9 +337,9 @@ def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(wo
 def test_the_first_check_pins_its_reference(workdir):
     ref, data, _ = files(workdir, lambda r: not r["contaminated"])
     strict_card(workdir)
-    assert "reference" not in Context(workdir=workdir).card
+    assert Context(workdir=workdir).card.reference is None
     check(workdir, path=str(data), reference=ref.name)
-    assert Context(workdir=workdir).card["reference"]["path"] == str(ref)
+    assert Context(workdir=workdir).card.reference["path"] == str(ref)
     history = Context(workdir=workdir).state.history()
     assert any("reference pinned at the first contamination check" in h for h in history)
 

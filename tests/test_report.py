@@ -9,6 +9,7 @@ training job on the tiny model (its loss curve), promotion and finalize.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -120,6 +121,13 @@ def test_report_of_a_fresh_run_and_of_no_run(tmp_path: Path):
     page = report.write(tmp_path / "state", tmp_path / "out")
     text = page.read_text()
     assert "No evaluation yet" in text and "No training job yet" in text and "No data checked yet" in text
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "ACI_STATE"}
+    done = subprocess.run([sys.executable, "-m", "aci.cli", "--workdir", str(tmp_path), "report"], cwd=elsewhere,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"wrote {tmp_path / 'report' / 'report.html'}"  # --workdir's state and folder
     with pytest.raises(ACIError, match="no run card"):
         report.write(tmp_path / "elsewhere")
 

@@ -131,7 +131,8 @@ def test_unreadable_timer_is_an_error():
 
 def test_deadline_from_timer_beats_the_card(workdir):
     (workdir / "timer.sh").write_text('echo "Remaining time (hours:minutes):"\necho "2:30"\n')
-    card = {"started_at": "2020-01-01T00:00:00+00:00", "budget_hours": 10}
+    card = records.RunCard(base_model="m", benchmark="b", workdir=str(workdir), budget_hours=10,
+                           started_at="2020-01-01T00:00:00+00:00")
     clk = clock_for(workdir, card, 45)
     assert clk.source == "timer.sh"
     assert timedelta(minutes=149) < clk.left() <= timedelta(minutes=150)

@@ -9,6 +9,7 @@ import pytest
 
 from aci.training import batch
 from tests.test_train_packing import _trainer
+from tests.train_helpers import no_stray_jobs  # noqa: F401 (fixture)
 
 torch = pytest.importorskip("torch")
 
@@ -103,3 +104,29 @@ def test_other_errors_are_not_mistaken_for_memory(tmp_path, tiny_model):
     with pytest.raises(RuntimeError, match="shape mismatch"):
         batch.search(4, batch.TrainerProbe(trainer), None)
     assert batch.is_oom(RuntimeError("CUDA error: out of memory")) and not batch.is_oom(ValueError("out of memory"))
+
+
+@pytest.mark.usefixtures("no_stray_jobs")
+def test_dry_run_finds_the_batch_and_start_uses_it(tmp_path, tiny_model, monkeypatch):
+    from tests.train_helpers import FAST, call, make_run, wait
+
+    monkeypatch.delenv("ACI_STATE", raising=False)
+    make_run(tmp_path, tiny_model)
+    asked = {**FAST, "batch_size": 2, "grad_accum": 2, "max_steps": 20}
+    dry = call(tmp_path, action="dry-run", data="sft.jsonl", **asked, measure_steps=2)
+    found = dry.checks["batch"]
+    assert found["searched"] and found["source"] == f"measured now by job {dry.job.id}"
+    assert [t["micro_batch"] for t in found["trials"]] == [1, 2, 4]  # a CPU has room for every size
+    assert (dry.config["batch_size"], dry.config["grad_accum"], dry.config["gradient_checkpointing"]) == (4, 1, False)
+    est = dry.checks["estimate"]
+    assert est["rate_source"] == f"measured now by job {dry.job.id}" and est["tokens_per_s"] > 0
+    assert dry.job.progress["batch"]["micro_batch"] == 4 and dry.job.progress["step"] == 2
+
+    start = call(tmp_path, action="start", data="sft.jsonl", **{**asked, "max_steps": 1})
+    assert start.checks["batch"]["source"] == f"measured by job {dry.job.id}"
+    assert (start.config["batch_size"], start.config["grad_accum"]) == (4, 1)
+    assert wait(tmp_path, start.job.id).job.status == "succeeded"
+    as_asked = call(tmp_path, action="dry-run", data="sft.jsonl", **asked, find_batch=False)
+    assert (as_asked.config["batch_size"], as_asked.config["grad_accum"]) == (2, 2) and "batch" not in as_asked.checks
+    other = call(tmp_path, action="dry-run", data="sft.jsonl", **{**asked, "max_length": 48})  # another shape
+    assert (other.config["batch_size"], other.config["grad_accum"]) == (2, 2)

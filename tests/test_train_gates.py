@@ -14,9 +14,10 @@ from datetime import timedelta
 
 import pytest
 
-from aci import manifest, records, registry
+from aci import manifest, records, registry, templates
 from aci.errors import ACIError
 from aci.state import now
+from aci.training import data as training_data
 from tests.conftest import mcp_client
 from tests.train_helpers import FAST, bench_items, call, ctx_for, make_run, sft_rows, write_jsonl
 
@@ -187,6 +188,26 @@ def test_a_refusal_reaches_the_agent_through_mcp(run):
 
     r = asyncio.run(go())
     assert r.is_error and "[rule forbidden-datasets]" in r.content[0].text and "openai/healthbench" in r.content[0].text
+
+
+def test_every_row_shape_trains_as_the_other_tools_read_it(run, tiny_model):
+    """text (every token learned, no template), prompt/completion, question/answer and multi-turn chats."""
+    rows = [{"text": "Plain text to learn from: 2 plus 2 is 4."},
+            {"prompt": "What is 3 plus 3?", "completion": "6"},
+            {"question": "What is 4 plus 4?", "answer": "8"},
+            {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                          {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "5 plus 5?"},
+                          {"role": "assistant", "content": "10"}]}]
+    write_jsonl(run / "shapes.jsonl", rows)
+    checked(run, run / "shapes.jsonl")
+    out = call(run, action="dry-run", data="shapes.jsonl", **FAST, max_steps=2)
+    assert out.checks["rows"] == 4 and out.checks["samples_checked"] == 4
+    write_jsonl(run / "blank.jsonl", [rows[0], {"text": " "}, *rows[1:]])  # the check and the job read it alike
+    tokenizer = templates.load_tokenizer(tiny_model)
+    for refusing in (lambda: registry.call("contamination", {"path": "blank.jsonl"}, ctx_for(run)),
+                     lambda: training_data.encode_samples(run / "blank.jsonl", tokenizer, None, max_length=64)):
+        with pytest.raises(ACIError, match=r"blank\.jsonl:2: field text: expected non-empty text"):
+            refusing()
 
 
 @pytest.mark.parametrize("first_loss,vocab,flagged", [(11.8, 151_936, True), (2.1, 151_936, False),

@@ -14,6 +14,7 @@ import pytest
 
 from aci.training import config as cfg_mod
 from aci.training.config import TrainConfig
+from aci.training.prepare import command
 
 
 def _cfg(tmp_path: Path, model: Path, **kw) -> TrainConfig:
@@ -22,18 +23,12 @@ def _cfg(tmp_path: Path, model: Path, **kw) -> TrainConfig:
                        data=str(tmp_path / "d.jsonl"), data_sha256="0" * 64, learning_rate=2e-5, **kw)
 
 
-def _command(cfg, path):
-    from aci.tools import train
-
-    return train._command(cfg, path)
-
-
 def test_num_gpus_runs_under_accelerate_launch(tmp_path, tiny_model):
     from accelerate.commands.launch import launch_command_parser
 
-    one = _command(_cfg(tmp_path, tiny_model), Path("c.json"))
+    one = command(_cfg(tmp_path, tiny_model), Path("c.json"))
     assert one == [sys.executable, "-m", "aci.training.run", "c.json"]
-    cmd = _command(_cfg(tmp_path, tiny_model, num_processes=4, deepspeed=str(cfg_mod.zero_config("zero3"))),
+    cmd = command(_cfg(tmp_path, tiny_model, num_processes=4, deepspeed=str(cfg_mod.zero_config("zero3"))),
                    Path("c.json"))
     assert cmd[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
     args = launch_command_parser().parse_args(cmd[3:])

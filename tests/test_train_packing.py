@@ -45,7 +45,8 @@ def _trainer(tmp_path: Path, model: Path, *, packing: bool, n: int = 12):
     template = templates.load(cfg.template, tok)
     from transformers import TrainerCallback
 
-    trainer, speed = run.build_trainer(cfg, tok, template, TrainerCallback(), cuda=False)
+    trainer, speed = run.build_trainer(cfg, tok, template, TrainerCallback(), cuda=False,
+                                       content=data_path.read_bytes())
     trainer.model.eval()
     return trainer, speed
 

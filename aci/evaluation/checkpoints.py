@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aci import records
+from aci import records, sampling
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import folder, identity
@@ -35,6 +35,7 @@ class Checkpoint:
     pin: dict | None = None  # `identity.pin` of `root` at registration (None: base, or registered unpinned)
     root: str | None = None  # the registered folder (`path` may be its merged/ copy)
     evidence: str | None = None  # why a new registration is believed to descend from its parent
+    sampling: dict | None = None  # `<id>@<settings>`: written into generation_config.json (aci.sampling)
 
     @property
     def local(self) -> Path | None:
@@ -42,13 +43,11 @@ class Checkpoint:
         return p if p.is_dir() else None
 
     def registration(self) -> dict:
-        ts = iso()
-        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=ts, path=self.path,
+        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=iso(), path=self.path,
                                         parent=self.parent, adapter=self.adapter, **(self.pin or {}))
-        # `ts` as state writes it everywhere (pydantic would write "Z", which Python 3.10 cannot parse back)
-        keep = {"type", "checkpoint", "path", "parent", "adapter", "content_hash", "files"}
-        return entry.model_dump(mode="json", include=keep, exclude_none=True) | {
-            "ts": ts, **({"evidence": self.evidence} if self.evidence else {})}
+        keep = {"type", "checkpoint", "ts", "path", "parent", "adapter", "content_hash", "files"}
+        return entry.model_dump(mode="json", include=keep, exclude_none=True) | (
+            {"evidence": self.evidence} if self.evidence else {})
 
     def verify(self, ctx: Context) -> None:
         """Refuse the checkpoint when its folder no longer has the content it was registered with."""
@@ -63,12 +62,24 @@ def registered(ctx: Context) -> dict[str, dict]:
 
 def base(ctx: Context) -> Checkpoint:
     card = ctx.require_card()
-    local = folder.local_dir(card["base_model"], ctx.workdir)
-    return Checkpoint(BASE, str(local) if local else card["base_model"], None, False)
+    local = folder.local_dir(card.base_model, ctx.workdir)
+    return Checkpoint(BASE, str(local) if local else card.base_model, None, False)
 
 
 def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
-    """The checkpoint named by an id or a folder path; a new path is registered with `parent`."""
+    """The checkpoint named by an id or a folder path; a new path is registered with `parent`.
+
+    `<ref>@<settings>` (e.g. `job/checkpoint-200@temperature=0.6,top_p=0.95`) is `<ref>` decoded with those
+    sampling settings: its own id and evaluations, the same files, `<ref>` as its parent."""
+    plain, settings = sampling.split(ref)
+    if settings is not None:
+        ck = resolve(ctx, plain, parent)
+        if ck.sampling is not None:
+            raise ACIError(f"{ref!r} names sampling settings twice")
+        if ck.new:
+            raise ACIError(f"register {plain!r} first (evaluate it once), then name its sampling variant")
+        return Checkpoint(f"{ck.id}@{sampling.name(settings)}", ck.path, ck.id, ck.adapter, pin=ck.pin, root=ck.root,
+                          sampling=settings)
     if ref == BASE:
         return base(ctx)
     known = registered(ctx)
@@ -96,7 +107,7 @@ def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
             identity.same_architecture(ctx, str(path.name), path, reference, f"its parent {parent}")
     elif parent is None and folder.is_adapter(path):
         declared = (folder.read_json(path / "adapter_config.json") or {}).get("base_model_name_or_path")
-        card_base = ctx.require_card()["base_model"]
+        card_base = ctx.require_card().base_model
         if declared and (declared == card_base or folder.local_dir(declared, ctx.workdir) == base(ctx).local):
             parent = BASE
     try:
@@ -182,4 +193,4 @@ def comparable_pair(ctx: Context, a: str, b: str, prefer: dict | None = None) ->
 
 def min_samples(ctx: Context) -> int:
     """The rules' minimum sample count for a comparison (rule min-eval-samples)."""
-    return ctx.rules.min_samples((ctx.card or {}).get("benchmark_size"))
+    return ctx.rules.min_samples(ctx.card.benchmark_size if ctx.card else None)

@@ -22,7 +22,7 @@ from aci.evaluation import checkpoints, promotion, runner
 def main() -> int:
     folder = Path(os.environ["ACI_JOB_DIR"])
     cfg = json.loads((folder / "config.json").read_text())
-    ctx = Context(state=os.environ.get("ACI_STATE"), workdir=cfg["workdir"])
+    ctx = Context(workdir=cfg["workdir"])  # the state folder: $ACI_STATE, which aci.jobs sets
     try:
         ck = checkpoints.resolve(ctx, cfg["checkpoint"])
         entry = runner.evaluate(ctx, ck, runner.EvalSpec.model_validate(cfg["spec"]), job=folder.name,

@@ -57,7 +57,8 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     (config.json loads); weights (safetensors, all shards readable, not .bin only); merged (no
     adapter_config.json / adapter_model.*); tokenizer loads; template (the run card's, else the
     tokenizer's, renders a prompt); end-of-turn (generation_config.json exists and its eos_token_id holds
-    the end-of-turn token's id, the same id the tokenizer gives it); processor (files the base model
+    the end-of-turn token's id, the same id the tokenizer gives it); sampling (the file read as vLLM
+    reads it: loads, and holds the settings promoted with an `<id>@<settings>` checkpoint); processor (files the base model
     has, e.g. Gemma's preprocessor_config.json); promotion (the folder is the one best.json names,
     unedited); eval-files (evaluate.py, evaluation_code/, templates/ unchanged); generates (the model
     loads with transformers and writes a short reply to a rendered prompt); with --limit N, eval
@@ -67,7 +68,7 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     with swap.locked(ctx.state.root):
         notes = promotion.sync(ctx)
     final = swap.final_dir(ctx.workdir)
-    best = ctx.best
+    best = ctx.best.model_dump(mode="json") if ctx.best else None
     items = checks.check(final, template=runner.template_text(ctx), base_dir=checkpoints.base(ctx).local, best=best,
                          changed_eval_files=protected_changed(ctx),
                          evaluate=_eval_run(ctx, inp) if inp.limit else None)

@@ -28,7 +28,7 @@ class TrainInput(ToolInput, TrainRequest):
         "status", description="start a job; status of one (default the latest); stop one; list all; dry-run = "
                               "every check of start without launching")
     job: str | None = Field(None, description="job id (status, stop)")
-    concurrent: bool = Field(False, description="start even though another train job is running")
+    concurrent: bool = Field(False, description="start even though another train or eval job holds the GPU")
     grace_s: float = Field(60, ge=0, description="stop: seconds to save a last checkpoint before SIGKILL")
     log_lines: int = Field(0, ge=0, le=500, description="status: include this many log lines")
     note: str | None = Field(None, description="why this run (kept in the journal)")
@@ -135,12 +135,16 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
     base-model-only (the model must be the base or a checkpoint descending from it), eval-template (the
     template must be the run card's and render the data), final-reserve (at measured or declared
     --tokens-per-s the run must end before the deadline minus the reserve; the refusal suggests a
-    max_steps that fits). Also refused: data with no assistant tokens, every sample truncated, a second
-    concurrent train job (unless --concurrent). A running job saves and stops itself at the reserve.
+    max_steps that fits). Also refused: data with no assistant tokens, every sample truncated, a job
+    while another train or eval job holds the GPU (unless --concurrent). A running job saves and stops
+    itself at the reserve.
 
     status [--job ID]: step, total, loss, learning rate, tokens/s, ETA, checkpoints; a failed job's log
     tail. stop --job ID: saves a last checkpoint, then ends the job. dry-run [--measure-steps N]: the
-    checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate)."""
+    checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate); with
+    --measure-steps a job first finds the largest micro-batch that fits (gradient checkpointing only if
+    needed), then measures tokens/s at it; start uses that split and rate. With CUDA, SFT packs samples
+    into rows (each attending only to itself) unless --no-packing."""
     if inp.action == "list":
         jobs.reap(ctx.state)
         registered = _registered(ctx)
@@ -154,11 +158,8 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
         view = jobs.stop(ctx.state, inp.job, grace_s=inp.grace_s)
         return _status(inp.model_copy(update={"job": view.id}), ctx).model_copy(update={"action": "stop"})
     jobs.reap(ctx.state)
-    if inp.action == "start" and not inp.concurrent:
-        running = [j.id for j in jobs.active(ctx.state) if j.kind == "train"]
-        if running:
-            raise ACIError(f"train job {running[0]} is still running: `aci train stop --job {running[0]}`, wait "
-                           f"for it, or pass --concurrent (two jobs share the GPU)")
+    if inp.action == "start" and not inp.concurrent and jobs.gpu_busy(ctx.state):
+        raise ACIError(jobs.gpu_busy(ctx.state))
     job_id = jobs.new_id("train")
     cfg, report, warnings, probe = prepare.checks(inp, ctx, job_id, inp.action)
     if inp.action == "dry-run":

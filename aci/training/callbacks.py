@@ -132,8 +132,7 @@ class JobCallback(TrainerCallback):
             type="registered", checkpoint=f"{self.cfg.job}/checkpoint-{step}", ts=now(), path=str(folder),
             parent=self.cfg.parent, job=self.cfg.job, step=step, adapter=adapter, **identity.pin(folder),
         ).model_dump(mode="json", exclude_none=True)
-        entry.update(ts=iso(), method=self.cfg.method, loss=self.progress.get("loss"),  # ts in state's iso format
-                     **({"merged": str(merged)} if merged else {}))
+        entry.update(method=self.cfg.method, loss=self.progress.get("loss"), **({"merged": str(merged)} if merged else {}))
         with self.state.event("train", f"checkpoint {entry['checkpoint']} saved", tool="train",
                               data={"job": self.cfg.job, "checkpoint": entry["checkpoint"]}) as w:
             w.append(records.CHECKPOINTS, entry)

@@ -63,6 +63,8 @@ class TrainRequest(Schedule):
     measure_steps: int = Field(0, ge=0, le=100, description="dry-run: run this many steps as a job to measure "
                                                             "throughput (recorded for later estimates)")
     check_samples: int = Field(64, ge=1, le=5000, description="samples rendered and tokenized by the checks")
+    find_batch: bool = Field(True, description="run the largest micro-batch that fits, as measured by `dry-run "
+                                               "--measure-steps` (batch_size x grad_accum per step stays)")
 
     @property
     def rate(self) -> float:
