@@ -13,13 +13,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from aci import jobs, records
+from aci import jobs
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.state import now, parse_ts, read_json
-from aci.training import chance, prepare
+from aci.state import now, parse_ts
+from aci.training import prepare, status
 from aci.training.request import TrainRequest
 
 
@@ -77,39 +77,12 @@ def _preparing(step: dict) -> str:
     return f"{step.get('what')}{counts}{since}"
 
 
-def _registered(ctx: Context) -> dict[str, list[dict]]:
-    """Registered checkpoints per job, in order: the registry, not the job's last progress write, says which
-    checkpoint is the last (a job stopped while saving may not have written its progress since)."""
-    out: dict[str, list[dict]] = {}
-    for e in ctx.state.lines(records.CHECKPOINTS):
-        if e.get("type") == "registered" and e.get("job"):
-            out.setdefault(e["job"], []).append(e)
-    return out
-
-
-def _last_checkpoint(view: JobView, registered: dict[str, list[dict]]) -> JobView:
-    ckpts = registered.get(view.id)
-    if not ckpts:
-        return view
-    return view.model_copy(update={"progress": {**view.progress, "last_checkpoint": ckpts[-1]["checkpoint"]}})
-
-
 def _status(inp: TrainInput, ctx: Context) -> TrainOutput:
-    jobs.reap(ctx.state)
-    job_id = inp.job
-    if not job_id:
-        listed = jobs.list_jobs(ctx.state, kind="train")
-        if not listed:
-            raise ACIError("no training jobs yet; start one with `aci train start --data ...`")
-        job_id = max(listed, key=lambda j: j.started_at).id
-    registered = _registered(ctx)
-    view = _last_checkpoint(jobs.view(ctx.state, job_id), registered)
-    ckpts = registered.get(job_id, [])
+    view, ckpts = status.job(ctx, inp.job)
+    job_id = view.id
     log = jobs.tail(Path(view.folder) / "log", inp.log_lines) if inp.log_lines else None
     nxt = []
-    p = view.progress
-    rate = (read_json(Path(view.folder) / "config.json") or {}).get("learning_rate")
-    note = chance.advice(p.get("first_loss"), p.get("vocab_size"), rate)
+    note = status.rate_advice(view)
     warnings = [note] if note else []
     if ckpts:
         nxt.append(f"eval-checkpoint --checkpoint {ckpts[-1]['checkpoint']}")
@@ -146,10 +119,7 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
     needed), then measures tokens/s at it; start uses that split and rate. With CUDA, SFT packs samples
     into rows (each attending only to itself) unless --no-packing."""
     if inp.action == "list":
-        jobs.reap(ctx.state)
-        registered = _registered(ctx)
-        return TrainOutput(action="list", jobs=[_last_checkpoint(v, registered)
-                                                for v in jobs.list_jobs(ctx.state, kind="train")])
+        return TrainOutput(action="list", jobs=status.listed(ctx))
     if inp.action == "status":
         return _status(inp, ctx)
     if inp.action == "stop":

@@ -1,0 +1,56 @@
+"""What training jobs have done, read from state: their registered checkpoints, the latest job, and the
+learning-rate sense check of a job's first loss (`aci.training.chance`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aci import jobs, records
+from aci.context import Context
+from aci.errors import ACIError
+from aci.jobs import JobView
+from aci.state import read_json
+from aci.training import chance
+
+
+def registered(ctx: Context) -> dict[str, list[dict]]:
+    """Registered checkpoints per job, in order: the registry, not the job's last progress write, says which
+    checkpoint is the last (a job stopped while saving may not have written its progress since)."""
+    out: dict[str, list[dict]] = {}
+    for e in ctx.state.lines(records.CHECKPOINTS):
+        if e.get("type") == "registered" and e.get("job"):
+            out.setdefault(e["job"], []).append(e)
+    return out
+
+
+def with_last_checkpoint(view: JobView, registered: dict[str, list[dict]]) -> JobView:
+    ckpts = registered.get(view.id)
+    if not ckpts:
+        return view
+    return view.model_copy(update={"progress": {**view.progress, "last_checkpoint": ckpts[-1]["checkpoint"]}})
+
+
+def listed(ctx: Context) -> list[JobView]:
+    """Every train job, each with the last checkpoint it registered."""
+    jobs.reap(ctx.state)
+    found = registered(ctx)
+    return [with_last_checkpoint(v, found) for v in jobs.list_jobs(ctx.state, kind="train")]
+
+
+def job(ctx: Context, job_id: str | None) -> tuple[JobView, list[dict]]:
+    """A train job (default the latest) with the checkpoints it registered."""
+    jobs.reap(ctx.state)
+    if not job_id:
+        started = jobs.list_jobs(ctx.state, kind="train")
+        if not started:
+            raise ACIError("no training jobs yet; start one with `aci train start --data ...`")
+        job_id = max(started, key=lambda j: j.started_at).id
+    found = registered(ctx)
+    return with_last_checkpoint(jobs.view(ctx.state, job_id), found), found.get(job_id, [])
+
+
+def rate_advice(view: JobView) -> str | None:
+    """What a first loss near chance says about the learning rate, once the job has logged one."""
+    p = view.progress
+    rate = (read_json(Path(view.folder) / "config.json") or {}).get("learning_rate")
+    return chance.advice(p.get("first_loss"), p.get("vocab_size"), rate)
