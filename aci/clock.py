@@ -19,6 +19,7 @@ from aci.errors import ACIError
 from aci.state import now, parse_ts
 
 TIMER = "timer.sh"
+LAST_MARGIN = timedelta(minutes=5)  # no job runs into the last minutes: finalize and the harness need them
 _REMAINING = re.compile(r"(\d+):(\d{1,2})\s*$")
 
 
@@ -63,6 +64,14 @@ class Clock:
         """Time until the final reserve starts: what jobs may use."""
         left = self.left(at)
         return None if left is None else max(left - self.reserve, timedelta(0))
+
+    def job_stop(self, at: datetime | None = None) -> datetime | None:
+        """When a job started at `at` (now) must end: where the final reserve starts. A job started inside
+        the reserve (an evaluation before the last promotion) ends `LAST_MARGIN` before the deadline."""
+        if self.deadline is None:
+            return None
+        start = self.deadline - self.reserve
+        return start if (at or now()) < start else self.deadline - LAST_MARGIN
 
     def in_reserve(self) -> bool:
         left = self.left()

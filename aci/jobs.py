@@ -3,7 +3,10 @@
 `start()` launches `python -m aci.jobs <job dir>` in a new session (so it outlives the MCP server and
 the agent's shell). That supervisor runs the job's command with its output in `log`, waits, and writes
 `exit.json` (with the CPU time and peak memory the job used) and a journal event when the command ends,
-for any reason. The job itself reports progress
+for any reason. Every job, of any kind, has a stop time (`stop_at` in `job.json`; by default where the
+run's final reserve starts, see `Clock.job_stop`): the supervisor sends SIGTERM to the job's process
+group then, and SIGKILL `grace_s` later, so no training, evaluation, server or measurement runs past it
+whatever the job's own code does. The job itself reports progress
 by writing `progress.json` (see `write_progress`). A job whose supervisor vanished without `exit.json`
 (SIGKILL, OOM killer, machine restart) is reported failed, with the tail of its log, and `reap()` records
 that verdict in state so it survives. Processes are recognised by pid *and* start time, so a recycled
@@ -21,8 +24,10 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +35,13 @@ from pydantic import BaseModel, Field
 
 from aci import records
 from aci.errors import ACIError
-from aci.state import State, atomic_write_json, iso, now, read_json
+from aci.state import State, atomic_write_json, iso, now, parse_ts, read_json
 
 STOP_GRACE_S = 20.0
+# Seconds between SIGTERM and SIGKILL at a job's stop time: a training job saves a last checkpoint then.
+DEADLINE_GRACE_S = {"train": 120.0}
+DEFAULT_DEADLINE_GRACE_S = 30.0
+RUN_CLOCK = "run"  # `start(stop_at=RUN_CLOCK)`: the stop time the run's clock gives a job started now
 
 
 class JobView(BaseModel):
@@ -63,14 +72,26 @@ def new_id(kind: str) -> str:
     return f"{kind}-{time.strftime('%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
+def run_stop_time(state: State, workdir: Path) -> datetime | None:
+    """The stop time the run's clock gives a job started now (None without a deadline)."""
+    from aci.context import Context
+
+    return Context(state=state.root, workdir=workdir).clock.job_stop()
+
+
 def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Path, message: str,
-          env: dict[str, str] | None = None, job_id: str | None = None, exclusive: bool = False) -> JobView:
+          env: dict[str, str] | None = None, job_id: str | None = None, exclusive: bool = False,
+          stop_at: datetime | str | None = RUN_CLOCK, grace_s: float | None = None) -> JobView:
     """Launch a supervised job and record it as one state event.
 
     `exclusive`: refuse when another job of the same kind runs, checked under the state lock so two
-    concurrent starts cannot both pass.
+    concurrent starts cannot both pass. `stop_at`: when the supervisor ends the job (default: the run's
+    clock; None: never); `grace_s`: SIGTERM to SIGKILL then (default per kind).
     """
     job_id = job_id or new_id(kind)
+    if stop_at == RUN_CLOCK:
+        stop_at = run_stop_time(state, cwd)
+    grace = grace_s if grace_s is not None else DEADLINE_GRACE_S.get(kind, DEFAULT_DEADLINE_GRACE_S)
     folder = job_dir(state, job_id)
     if folder.exists():
         raise ACIError(f"job {job_id} already exists")
@@ -83,7 +104,8 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         folder.mkdir(parents=True)
         w.write_json(f"{rel}/config.json", config)
         record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)
-        dumped = record.model_dump(mode="json") | {"started_at": iso(record.started_at)}  # state's iso format
+        dumped = record.model_dump(mode="json") | {"started_at": iso(record.started_at), "grace_s": grace,
+                                                   "stop_at": iso(stop_at) if stop_at else None}
         w.write_json(f"{rel}/job.json", dumped | {"cwd": str(cwd)})
         log = open(folder / "log", "ab")
         full_env = {**os.environ, **(env or {}), "ACI_JOB_DIR": str(folder), "ACI_STATE": str(state.root),
@@ -200,6 +222,16 @@ def reap(state: State) -> list[str]:
     return reaped
 
 
+def wait(state: State, job_id: str, poll_s: float = 0.1) -> JobView:
+    """Block until the job has ended and its supervisor has recorded it (the end event committed)."""
+    while True:
+        v = view(state, job_id)
+        job = read_json(job_dir(state, job_id) / "job.json")
+        if v.status != "running" and not _alive(job.get("supervisor_pid"), job.get("supervisor_start")):
+            return v
+        time.sleep(poll_s)
+
+
 def list_jobs(state: State, kind: str | None = None) -> list[JobView]:
     root = state.root / records.JOBS
     if not root.is_dir():
@@ -265,6 +297,17 @@ def _exit(rc: int | None, status: str, reason: str | None, **usage) -> dict:
     return ex.model_dump(mode="json") | {"ended_at": iso(ex.ended_at)}  # state's iso format
 
 
+def _enforce_stop_time(folder: Path, pid: int, stop_at: str, grace_s: float, ended: threading.Event) -> None:
+    """At `stop_at`, record why and SIGTERM the job's group; SIGKILL it `grace_s` later if still running."""
+    if ended.wait(max(0.0, (parse_ts(stop_at) - now()).total_seconds())):
+        return
+    atomic_write_json(folder / "stop", {"requested_at": iso(), "reason": f"reached its stop time {stop_at} (the "
+                                        f"final reserve starts; SIGTERM, SIGKILL after {grace_s:g} s)"})
+    _signal_group(pid, signal.SIGTERM)
+    if not ended.wait(grace_s):
+        _signal_group(pid, signal.SIGKILL)
+
+
 def _supervise(folder: Path) -> int:
     """Run the job's command, then record how it ended. This process is the job's session leader."""
     job = read_json(folder / "job.json")
@@ -274,13 +317,18 @@ def _supervise(folder: Path) -> int:
         atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid,
                                                 "pid_start": _start_time(child.pid)})
     signal.signal(signal.SIGTERM, lambda *_: _signal_group(child.pid, signal.SIGTERM))
+    ended = threading.Event()
+    if job.get("stop_at"):
+        threading.Thread(target=_enforce_stop_time, daemon=True, args=(
+            folder, child.pid, job["stop_at"], float(job.get("grace_s") or DEFAULT_DEADLINE_GRACE_S), ended)).start()
     _, raw, usage = os.wait4(child.pid, 0)  # like child.wait(), plus the resources the job used
+    ended.set()
     rc = child.returncode = os.waitstatus_to_exitcode(raw)
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime + own.ru_utime + own.ru_stime
-    stopped = (folder / "stop").exists()
-    if stopped:
-        status, reason = "stopped", "stop requested"
+    stop = read_json(folder / "stop") if (folder / "stop").exists() else None
+    if stop is not None:
+        status, reason = "stopped", stop.get("reason") or "stop requested"
     elif rc == 0:
         status, reason = "succeeded", None
     elif rc < 0:
@@ -296,6 +344,8 @@ def _supervise(folder: Path) -> int:
     with state.event(job["kind"], f"job {job['id']} {status}", tool=job["kind"], data={"job": job["id"], "returncode": rc}) as w:
         w.write_json(f"{records.JOBS}/{job['id']}/exit.json", ex)
         w.track(f"{records.JOBS}/{job['id']}/job.json")  # with the pid recorded at launch
+        if stop is not None:
+            w.track(f"{records.JOBS}/{job['id']}/stop")
     return 0
 
 

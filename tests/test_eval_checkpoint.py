@@ -44,7 +44,10 @@ def test_eval_command_result_is_recorded_as_one_event(workdir, tiny_model):
     assert e["duration_s"] > 0 and e["error"] is None
     assert entries(workdir) == [e]
     records.CheckpointEntry.model_validate(e)
-    assert len(c.state.history()) == commits + 1  # one event, one commit
+    # one evaluation event with the result, between the events of the job it ran in
+    assert c.state.history()[:3] == [f"eval: job {e['job']} succeeded", "eval: base scored 0.2 on 40 samples by "
+                                     "eval-command", f"eval: started job {e['job']}: evaluate base with command"]
+    assert len(c.state.history()) == commits + 3
     metrics = c.state.root / "evals" / e["eval_id"] / "seed-0.metrics.json"
     assert json.loads(metrics.read_text())["accuracy"] == pytest.approx(0.2)
     assert f"evals/{e['eval_id']}/seed-0.metrics.json" in _tracked(c)
@@ -562,3 +565,49 @@ def test_content_hash_sees_a_weight_swap_but_not_a_copy(tmp_path, tiny_model):
     after = identity.pin(a)
     assert after["content_hash"] != before["content_hash"]
     assert [k for k in after["files"] if after["files"][k] != before["files"][k]] == ["model-00002.safetensors"]
+
+
+def test_a_foreground_evaluation_is_a_job_that_outlives_the_server(workdir, tiny_model):
+    """The MCP server dies (SIGKILL) during a foreground evaluation: the eval command does not run on unseen;
+    it is the child of an evaluation job that status lists, which finishes and records the result."""
+    import os
+    import signal
+
+    from aci import jobs
+
+    init_run(workdir, tiny_model, command=eval_command("--sleep", "6"))
+
+    def server_pids() -> list[int]:
+        found = []
+        for p in Path("/proc").iterdir():
+            try:
+                if p.name.isdigit() and b"serve" in (p / "cmdline").read_bytes() and \
+                        Path(os.readlink(p / "cwd")) == workdir:
+                    found.append(int(p.name))
+            except OSError:
+                continue
+        return found
+
+    async def go():
+        async with mcp_client(workdir) as client:
+            call_ = asyncio.create_task(client.call_tool("eval-checkpoint", {"checkpoint": "base", "limit": 40}))
+            await asyncio.sleep(3)
+            [pid] = server_pids()
+            os.kill(pid, signal.SIGKILL)
+            try:
+                await asyncio.wait_for(call_, 30)
+            except BaseException:  # the server is gone: the call cannot answer
+                pass
+
+    try:
+        asyncio.run(go())
+    except BaseException:
+        pass
+    c = ctx(workdir)
+    [job] = jobs.list_jobs(c.state, kind="eval")
+    assert job.status in ("running", "succeeded"), job
+    done = jobs.wait(c.state, job.id)
+    assert done.status == "succeeded", done
+    [e] = entries(workdir)
+    assert e["job"] == job.id and e["score"] == pytest.approx(0.2)
+    registry.call("status", {}, c)  # and the run goes on

@@ -59,15 +59,21 @@ def inspect_data(req: TrainRequest, ctx: Context, model_path: str, template_path
     path = Path(req.data)
     kwargs = req.template_kwargs or {}
     warnings: list[str] = []
-    try:
+    def encode():
         if req.method == "sft":
-            _, stats = data.encode_samples(path, tok, template, max_length=req.max_length, kwargs=kwargs,
-                                           limit=req.check_samples)
-        else:
-            rows, stats = data.grpo_prompts(path, tok, template, kwargs=kwargs, limit=req.check_samples)
+            return data.encode_samples(path, tok, template, max_length=req.max_length, kwargs=kwargs,
+                                       limit=req.check_samples)
+        return data.grpo_prompts(path, tok, template, kwargs=kwargs, limit=req.check_samples)
+
+    try:
+        rows, stats = encode()
+        started = time.perf_counter()  # timed again, warm: the job tokenizes the whole file before step 1
+        encode()
+        per_row = (time.perf_counter() - started) / max(1, stats.samples)
     except templates.RenderError as e:
         raise ctx.rules.refuse("eval-template", f"the template does not render the data: {e}") from None
     report = stats.report()
+    report["tokenize_s_per_row"] = per_row
     report["end_of_turn"] = eot = templates.end_of_turn(tok, template, kwargs)
     report["example"] = stats.example[:800]
     n = stats.samples
@@ -178,7 +184,8 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
         source = f"measured now by job {probe.id}"
     if rate is None:
         rate, source = gates.measured_rate(ctx, cfg.method, cfg.model_path, cfg.lora is not None)
-    report["estimate"] = gates.check_deadline(ctx, work, rate, source)
+    tokenize_s = report.pop("tokenize_s_per_row") * report["rows"]
+    report["estimate"] = gates.check_deadline(ctx, work, rate, source, tokenize_s=tokenize_s)
     if rate is None and ctx.clock.deadline is not None:
         warnings.append("no throughput known, so the end time is not checked: the job saves and stops by itself at "
                         "the final reserve; `train dry-run --measure-steps 5` measures it")
