@@ -1,6 +1,6 @@
 # One entry point. Every target creates the virtual environment it needs when it is missing.
 #   make demo   set up, then run the end-to-end demo on the embedded model (the main job)
-#   make test   set up, then run the test suite
+#   make test   set up, install what the tests need beyond the venv (test-deps), then run the test suite
 #   make bench  run the performance benchmarks (each prints name=value last)
 #   make compat the PostTrainBench compatibility lane (Python 3.10, transformers 4.57, trl 0.27, peft 0.18)
 
@@ -14,9 +14,18 @@ PYTEST_ARGS ?= -q
 
 COMPAT_PYTHON ?= $(shell pyenv root 2>/dev/null)/versions/3.10.13/bin/python
 COMPAT_VENV   ?= .venv-compat
-COMPAT_TESTS  ?= tests/test_templates.py tests/test_train.py tests/test_train_gates.py tests/test_train_jobs.py
+COMPAT_TESTS  ?= tests/test_templates.py tests/test_train.py tests/test_train_gates.py tests/test_train_jobs.py \
+                 tests/test_train_packing.py tests/test_train_batch.py tests/test_train_multigpu.py tests/test_generation.py
 
-.PHONY: setup demo test bench compat lint clean
+# What the tests need beyond the venv (tests/agent_clis.py): the agent CLIs and the MCP Inspector from
+# npm, pinned in .ci/clis/*/package-lock.json (skipped without npm, outside CI), and pip's wheel plus
+# Python 3.10 wheels of our requirements for the PostTrainBench container test (skipped without that
+# Python, outside CI). Chromium is required: installed from Debian when root, else a clear failure.
+CLIS       := .ci/clis
+WHEELHOUSE := .ci/wheels/py310
+NPM        ?= npm
+
+.PHONY: setup demo test test-deps chromium clis wheelhouse bench compat lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,8 +39,38 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/aci demo --workdir demo-work
 
-test: setup
+test: setup test-deps
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-deps: chromium clis wheelhouse
+
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
+	|| if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing chromium (Debian) for the report test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+	  echo "make test needs Chromium for the report test: install it (Debian: sudo apt-get install chromium), then run make test again" >&2; \
+	  exit 1; \
+	fi
+
+clis: $(CLIS)/current/.installed $(CLIS)/harness/.installed
+
+$(CLIS)/%/.installed: $(CLIS)/%/package.json $(CLIS)/%/package-lock.json
+	@if command -v $(NPM) >/dev/null; then \
+	  echo "installing the $* agent CLIs from npm into $(CLIS)/$*"; \
+	  $(NPM) ci --prefix $(CLIS)/$* --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "no npm: the tests that run the real agent CLIs will be skipped (CI installs Node and fails instead)"; fi
+
+wheelhouse: $(WHEELHOUSE)/.complete
+
+$(WHEELHOUSE)/.complete: pyproject.toml | setup
+	@if [ -x "$(COMPAT_PYTHON)" ]; then \
+	  echo "downloading pip and Python 3.10 wheels of posttrain-aci's requirements into $(WHEELHOUSE)"; \
+	  mkdir -p $(WHEELHOUSE) && $(PY) -c 'import importlib.metadata as m, re; print("\n".join(r.split(";")[0] for r in m.requires("posttrain-aci") if not re.search("extra == .(?!data)", r)))' > $(WHEELHOUSE)/requirements.txt \
+	  && $(COMPAT_PYTHON) -m pip download -q --disable-pip-version-check --only-binary=:all: -d $(WHEELHOUSE) pip -r $(WHEELHOUSE)/requirements.txt \
+	  && touch $@; \
+	else echo "no Python 3.10 at $(COMPAT_PYTHON): the PostTrainBench container test will be skipped (CI fails instead)"; fi
 
 bench: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
@@ -49,4 +88,4 @@ lint: setup
 	$(VENV)/bin/ruff check aci tests bench
 
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) demo-work .pytest_cache
+	rm -rf $(VENV) $(COMPAT_VENV) demo-work .pytest_cache .ci/wheels $(CLIS)/*/node_modules $(CLIS)/*/.installed

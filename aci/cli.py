@@ -1,6 +1,7 @@
 """The CLI surface: `aci <tool> [action] [--options]`, generated from the tool registry.
 
-Like the MCP server it holds no logic. Each input field becomes an option (`snake_case` -> `--kebab-case`);
+Like the MCP server it holds no logic. Each input field becomes an option (`snake_case` -> `--kebab-case`, plus its other spellings,
+`ToolInput.spellings`);
 an `action` field becomes the first positional argument; list fields repeat; structured fields take
 JSON (or `@file.json`). `--json` prints the output model as JSON, otherwise a short human summary.
 User errors print on stderr and exit with code 2. A few commands that are not tools (serve, install,
@@ -53,6 +54,9 @@ def _params_for(model) -> tuple[list[click.Parameter], set[str]]:
     """Click parameters for a tool's input model, and the names that take JSON."""
     params: list[click.Parameter] = []
     json_fields: set[str] = set()
+    others: dict[str, list[str]] = {}
+    for alias, name in model.spellings().items():
+        others.setdefault(name, []).append("--" + alias.replace("_", "-"))
     for name, field in model.model_fields.items():
         ann = _unwrap_optional(field.annotation)
         origin = typing.get_origin(ann)
@@ -64,21 +68,22 @@ def _params_for(model) -> tuple[list[click.Parameter], set[str]]:
                                          default=default))
             continue
         flag = "--" + name.replace("_", "-")
+        also = others.get(name, [])  # other spellings of the same option (`--source` for `--sources`)
         if ann is bool:
             params.append(click.Option([f"{flag}/--no-{name.replace('_', '-')}"], default=default, help=help_text))
         elif origin is Literal:
-            params.append(click.Option([flag, name], type=click.Choice([str(a) for a in typing.get_args(ann)]),
+            params.append(click.Option([flag, *also, name], type=click.Choice([str(a) for a in typing.get_args(ann)]),
                                        required=required, default=default, help=help_text, show_default=True))
         elif ann in _SCALARS:
-            params.append(click.Option([flag, name], type=_SCALARS[ann], required=required, default=default,
+            params.append(click.Option([flag, *also, name], type=_SCALARS[ann], required=required, default=default,
                                        help=help_text, show_default=default not in (None, "")))
         elif origin is list and typing.get_args(ann) and _unwrap_optional(typing.get_args(ann)[0]) in _SCALARS:
             inner = _SCALARS[_unwrap_optional(typing.get_args(ann)[0])]
-            params.append(click.Option([flag, name], type=inner, multiple=True, required=required,
+            params.append(click.Option([flag, *also, name], type=inner, multiple=True, required=required,
                                        help=(help_text + " (repeatable)").strip()))
         else:
             json_fields.add(name)
-            params.append(click.Option([flag, name], type=click.STRING, required=required,
+            params.append(click.Option([flag, *also, name], type=click.STRING, required=required,
                                        help=(help_text + " (JSON or @file.json)").strip()))
     return params, json_fields
 

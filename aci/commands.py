@@ -27,19 +27,23 @@ def serve(cctx: click.Context, http: bool, host: str, port: int, allow_remote: b
 @click.command()
 @click.argument("agent", type=click.Choice(["claude-code", "codex", "opencode"]))
 @click.option("--workdir", "target", default=".", help="the agent's working directory")
-@click.option("--global", "global_", is_flag=True, help="codex: write ~/.codex/config.toml instead of the workdir's")
+@click.option("--global", "global_", is_flag=True, help="codex: write ~/.codex/ (config.toml, skills/) instead of the workdir's")
+@click.option("--remove", is_flag=True, help="take out everything install wrote for AGENT (user entries stay)")
 @click.pass_context
-def install(cctx: click.Context, agent: str, target: str, global_: bool) -> None:
+def install(cctx: click.Context, agent: str, target: str, global_: bool, remove: bool) -> None:
     """Install skills, the MCP registration and a pointer file for AGENT in the working directory."""
-    from aci.install import install as run
+    from aci import install as inst
 
     obj = cctx.find_root().obj
-    written = run(agent, target, global_config=global_, state=obj["state"])
-    if obj["json"]:
-        click.echo(json.dumps([str(p) for p in written], indent=2))
+    if remove:
+        paths, verb = inst.remove(agent, target, global_config=global_), "removed posttrain-aci from"
     else:
-        for p in written:
-            click.echo(f"wrote {p}")
+        paths, verb = inst.install(agent, target, global_config=global_, state=obj["state"]), "wrote"
+    if obj["json"]:
+        click.echo(json.dumps([str(p) for p in paths], indent=2))
+    else:
+        for p in paths:
+            click.echo(f"{verb} {p}")
 
 
 @click.group()

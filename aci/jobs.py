@@ -84,7 +84,7 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
           stop_at: datetime | str | None = RUN_CLOCK, grace_s: float | None = None) -> JobView:
     """Launch a supervised job and record it as one state event.
 
-    `exclusive`: refuse when another job of the same kind runs, checked under the state lock so two
+    `exclusive`: refuse while another job holds the GPU (`gpu_busy`), checked under the state lock so two
     concurrent starts cannot both pass. `stop_at`: when the supervisor ends the job (default: the run's
     clock; None: never); `grace_s`: SIGTERM to SIGKILL then (default per kind).
     """
@@ -97,10 +97,9 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         raise ACIError(f"job {job_id} already exists")
     rel = f"{records.JOBS}/{job_id}"
     with state.event(kind, f"started job {job_id}: {message}", tool=kind, data={"job": job_id}) as w:
-        running = [j.id for j in active(state) if j.kind == kind] if exclusive else []
-        if running:
-            raise ACIError(f"{kind} job {running[0]} is still running: `aci {kind} stop --job {running[0]}`, wait "
-                           f"for it, or pass --concurrent (two jobs share the GPU)")
+        busy = gpu_busy(state) if exclusive else None
+        if busy:
+            raise ACIError(busy)
         folder.mkdir(parents=True)
         w.write_json(f"{rel}/config.json", config)
         record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)
@@ -247,6 +246,23 @@ def list_jobs(state: State, kind: str | None = None) -> list[JobView]:
 
 def active(state: State) -> list[JobView]:
     return [j for j in list_jobs(state) if j.status == "running"]
+
+
+# Jobs that hold the GPU: training, evaluation (PostTrainBench's evaluate.py starts vLLM on the same GPU
+# with 30-80 % of its memory) and a vLLM server for rollouts. Two at once slow each other or run out of memory.
+GPU_KINDS = ("train", "eval", "serve")
+_STOP = {"train": "`aci train stop --job {id}`, ", "serve": "`aci run-trajectory stop --job {id}`, "}
+
+
+def gpu_busy(state: State) -> str | None:
+    """Why a new GPU job should wait (the running GPU job and what to do), or None when the GPU is free."""
+    holders = [j for j in active(state) if j.kind in GPU_KINDS]
+    if not holders:
+        return None
+    j = holders[0]
+    return (f"{j.kind} job {j.id} is still running: {_STOP.get(j.kind, '').format(id=j.id)}wait for it (`aci "
+            f"status` shows it), or pass --concurrent to share the GPU anyway (one GPU job at a time: vLLM's memory "
+            f"share plus training's can run out of memory)")
 
 
 def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:

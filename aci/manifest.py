@@ -41,11 +41,12 @@ def read(state: State, path: Path) -> dict | None:
 
 
 def update(state: State, path: Path, section: str, result: dict[str, Any], *, role: str = "train",
-           message: str, tool: str, extra_files: dict[str, bytes] | None = None) -> dict:
-    """Write one section of a file's manifest (and optional side files) as one state event."""
+           message: str, tool: str, extra_files: dict[str, bytes] | None = None, sha256: str | None = None) -> dict:
+    """Write one section of a file's manifest (and optional side files) as one state event; `sha256`: the
+    hash of the bytes the section describes, when the tool read them itself (default: the file's now)."""
     if section not in SECTIONS:
         raise ValueError(f"unknown manifest section {section!r}")
-    digest = file_hash(path)
+    digest = sha256 or file_hash(path)
     with state.event("data", message, tool=tool, data={"file": str(path), "section": section}) as w:
         current = state.read(rel(path)) or {}
         if current.get("sha256") != digest:  # the file changed: earlier findings no longer hold

@@ -47,6 +47,10 @@ class RunCard(Record):
     protected: dict[str, str] = Field(
         default_factory=dict, description="sha256 of evaluation files (evaluate.py, templates/) at init"
     )
+    reference: dict[str, str] | None = Field(
+        None, description="the benchmark's test items contamination checks count against: {path, sha256}, "
+                          "pinned at init or at the first check"
+    )
     notes: str = ""
 
 

@@ -9,24 +9,104 @@ checkpoint, reminders) to the result.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from aci.context import Context
 from aci.envelope import RunInfo, envelope
 from aci.errors import ACIError
 
+# One vocabulary across tools: the names in a group mean the same thing wherever they appear, and a tool
+# that has one of them takes the others as spellings of it (`aci contamination --source` and
+# `aci train --source` both work). Besides these, a list field takes its singular (`--feature`), and a
+# tool takes the old names of its renamed fields (`RENAMED`).
+SYNONYMS: tuple[tuple[str, ...], ...] = (
+    ("sources", "source"),  # where the data came from: checked against the banned datasets
+    ("path", "data", "tasks"),  # the data file the tool reads (a name, not structured data)
+    ("target", "reference"),  # the benchmark's items a data file is held against
+    ("max_new_tokens", "max_tokens"),  # new tokens per reply
+    ("note", "notes"),  # free text kept with the record
+)
+
+
+def _bare(field: Any) -> Any:
+    ann = field.annotation
+    args = [a for a in typing.get_args(ann) if a is not type(None)]
+    if typing.get_origin(ann) in (typing.Union, types.UnionType) and len(args) == 1:
+        ann = args[0]
+    return ann
+
+
+def _is_list(field: Any) -> bool:
+    return typing.get_origin(_bare(field)) is list
+
+
+@functools.cache
+def _spellings(model: type[BaseModel]) -> dict[str, str]:
+    fields = model.model_fields
+    out: dict[str, str] = dict(getattr(model, "RENAMED", {}))
+    for group in SYNONYMS:
+        present = [g for g in group if g in fields and typing.get_origin(_bare(fields[g])) is not dict]
+        if len(present) == 1:
+            out.update({g: present[0] for g in group if g not in fields})
+    for name, f in fields.items():
+        if _is_list(f) and name.endswith("s") and name[:-1] not in fields:
+            out.setdefault(name[:-1], name)
+    return out
+
 
 class ToolInput(BaseModel):
-    """Base of every tool's input: unknown fields are errors, so typos never pass silently."""
+    """Base of every tool's input: unknown fields are errors, so typos never pass silently; the other
+    spellings of a field (`spellings`) are taken as the field."""
 
     model_config = ConfigDict(extra="forbid")
+    RENAMED: ClassVar[dict[str, str]] = {}  # old name -> field, for a tool whose field was renamed
+
+    @classmethod
+    def spellings(cls) -> dict[str, str]:
+        """Other spelling -> field name, from `SYNONYMS` and the singular of each list field."""
+        return _spellings(cls)
+
+    @classmethod
+    def canonical(cls, data: Any) -> Any:
+        """`data` with other spellings renamed to their field (a single value becomes a one-item list for a
+        list field, a one-item list a single value for a scalar field); unknown keys are named."""
+        if not isinstance(data, dict):
+            return data
+        other, fields = cls.spellings(), cls.model_fields
+        unknown = [k for k in data if k not in fields and k not in other]
+        if unknown:
+            raise ValueError(f"unknown option(s) {', '.join(map(str, unknown))}; known: {', '.join(fields)}")
+        if not any(k in other for k in data):
+            return data
+        out = {k: v for k, v in data.items() if k not in other}
+        for k, v in data.items():
+            if k not in other:
+                continue
+            name = other[k]
+            if name in data:
+                raise ValueError(f"{k} and {name} are the same option: give it once")
+            if _is_list(fields[name]) and v is not None and not isinstance(v, list):
+                v = [v]
+            elif not _is_list(fields[name]) and isinstance(v, list):
+                if len(v) != 1:
+                    raise ValueError(f"{name} takes one value, got {len(v)} as {k}")
+                v = v[0]
+            out[name] = v
+        return out
+
+    @model_validator(mode="before")
+    @classmethod
+    def _other_spellings(cls, data: Any) -> Any:
+        return cls.canonical(data)
 
 
 class ToolOutput(BaseModel):

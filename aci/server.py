@@ -14,7 +14,6 @@ from __future__ import annotations
 import hmac
 import inspect
 import logging
-from pathlib import Path
 from typing import Annotated, Any
 
 from aci import __version__, bundle, registry
@@ -77,35 +76,42 @@ def _add_tool(server, t: registry.Tool, state: str | None, workdir: str | None) 
         ),
         structured_output=True,
     )
+    registered = server._tool_manager.get_tool(t.name)
+    registered.fn_metadata.arg_model = _strict(registered.fn_metadata.arg_model, t.input)
+
+
+def _strict(arg_model: type, inp: type[registry.ToolInput]) -> type:
+    """The SDK's argument model drops keys it does not know, so a typo or another spelling of an option
+    would vanish before the tool saw it: name unknown keys, and rename other spellings to their field."""
+    from pydantic import ConfigDict, model_validator
+
+    class Args(arg_model):
+        model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+        @model_validator(mode="before")
+        @classmethod
+        def _one_vocabulary(cls, data: Any) -> Any:
+            return inp.canonical(data)
+
+    Args.__name__ = arg_model.__name__
+    return Args
 
 
 def _add_markdown(server) -> None:
-    """Serve SKILL.md, skills, workflows and integrity rules from the same files the agents read."""
+    """Serve SKILL.md, each skill with its reference files, the workflows and the integrity rules from the
+    files the agents read, each under its own description; the workflows also as prompts with named
+    arguments (`aci.prompts`)."""
     from mcp.server.mcpserver.resources import FunctionResource
 
-    entries: list[tuple[str, str, Path]] = [("skill://posttrain", "entry skill", bundle.path("SKILL.md"))]
-    entries += [(f"skill://{n}", f"skill {n}", bundle.path("skills", n, "SKILL.md")) for n in bundle.skill_names()]
-    entries += [(f"workflow://{n}", f"workflow {n}", bundle.path("workflows", f"{n}.md")) for n in bundle.workflow_names()]
-    entries += [("rules://integrity", "integrity rules", bundle.path("rules", "integrity.md"))]
-    for uri, desc, p in entries:
-        if p.is_file():
-            server.add_resource(FunctionResource(
-                uri=uri, name=uri.split("://", 1)[1], description=desc, mime_type="text/markdown",
-                fn=(lambda p=p: p.read_text()),
-            ))
-    for name in bundle.workflow_names():
-        p = bundle.path("workflows", f"{name}.md")
+    from aci import prompts
 
-        def prompt(p: Path = p) -> str:
-            return p.read_text()
-
-        server.add_prompt(_prompt(prompt, name))
-
-
-def _prompt(fn, name: str):
-    from mcp.server.mcpserver.prompts.base import Prompt
-
-    return Prompt.from_function(fn, name=f"workflow-{name}", description=f"Follow the {name} workflow")
+    for doc in bundle.documents():
+        server.add_resource(FunctionResource(
+            uri=doc.uri, name=doc.name, description=doc.description, mime_type="text/markdown",
+            fn=(lambda p=doc.path: p.read_text(encoding="utf-8")),
+        ))
+    for prompt in prompts.workflow_prompts():
+        server.add_prompt(prompt)
 
 
 TOKEN_ENV = "ACI_HTTP_TOKEN"

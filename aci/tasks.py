@@ -12,6 +12,7 @@ test files); the adapters turn those into records instead of asking for a conver
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -136,20 +137,23 @@ SAMPLE_SCHEMA: dict[str, Any] = {
 
 SCHEMAS = {"task": TASK_SCHEMA, "sft-sample": SAMPLE_SCHEMA}
 
-_HINT_SHAPES = ("chat `messages`, `prompt` + `completion`, `question` + `answer` (or `problem` + `answer`), "
+_TASK_SHAPES = ("chat `messages`, `prompt` + `completion`, `question` + `answer` (or `problem` + `answer`), "
                 "or a full task record")
+_HINT_SHAPES = f"{_TASK_SHAPES}; or `text` (plain text)"
 
 
 # -- reading rows -----------------------------------------------------------------------------------
-def read_rows(path: Path | str) -> Iterator[tuple[int, dict]]:
+def read_rows(path: Path | str, content: bytes | None = None) -> Iterator[tuple[int, dict]]:
     """Yield `(line, row)` for each JSON object in a JSONL file (streamed) or a JSON array file.
 
     Raises ACIError naming `file:line` for a missing, empty or binary file, broken JSON, or a row
-    that is not an object. Blank lines in JSONL are skipped.
+    that is not an object. Blank lines in JSONL are skipped. With `content`, those bytes are parsed in
+    place of the file's (errors still name `path`): the training job reads a file once, checks its hash,
+    and trains on exactly the bytes it hashed.
     """
     path = Path(path)
     try:
-        f = open(path, "rb")
+        f = open(path, "rb") if content is None else io.BytesIO(content)
     except FileNotFoundError:
         raise ACIError(f"data file {path} does not exist") from None
     except IsADirectoryError:
@@ -426,6 +430,89 @@ def _choice_answer(answer: Any, n: int, loc: str) -> str:
                    f"A..{_LETTERS[n - 1]}, got {answer!r}")
 
 
+# -- row shapes ---------------------------------------------------------------------------------------
+ROW_SHAPES = ("task", "messages", "prompt-completion", "question-answer", "text")
+
+
+def row_shape(row: dict, loc: str) -> str:
+    """Which of ROW_SHAPES a raw row has; ACIError at `loc` for none.
+
+    Every reader of training data (contamination, histogram, verify-task, train) classifies rows here,
+    so a file one tool accepts, the others read the same way. `text` is TRL's language-modelling row
+    (and the field the PostTrainBench judge's contamination tool reads first).
+    """
+    if "gold" in row:
+        return "task"
+    if "messages" in row:
+        if not isinstance(row["messages"], list):
+            raise ACIError(f"{loc}: field messages: expected an array of turns, got {_kind(row['messages'])}")
+        return "messages"
+    if "prompt" in row and "completion" in row:
+        return "prompt-completion"
+    if _first(row, _QUESTION_KEYS) and _first(row, _ANSWER_KEYS):
+        return "question-answer"
+    if "text" in row:
+        if not isinstance(row["text"], str) or not row["text"].strip():
+            raise ACIError(f"{loc}: field text: expected non-empty text, got {_kind(row['text'])}"
+                           + (" (blank)" if isinstance(row["text"], str) else ""))
+        return "text"
+    keys = ", ".join(sorted(row)) or "none"
+    raise ACIError(f"{loc}: no known record shape (keys: {keys}); expected {_HINT_SHAPES}")
+
+
+def _content_text(content: Any) -> str:
+    """A turn's text: a string, or the text parts of a multimodal-style list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _turn_texts(turns: Any) -> list[str]:
+    out = []
+    for m in turns if isinstance(turns, list) else ():
+        if not isinstance(m, dict):
+            continue
+        out.append(_content_text(m.get("content")))
+        if m.get("tool_calls"):
+            out.append(json.dumps(m["tool_calls"], ensure_ascii=False))
+    return out
+
+
+def row_texts(row: dict, loc: str) -> list[str]:
+    """Every text of a training row in reading order: turns (system, user, assistant, tool, with tool
+    calls as JSON) in order; prompt then completion; passage, question, choices, answer, solution; a task's
+    prompt turns then its gold (answer, worked solution, tool calls). What the contamination check scans."""
+    shape = row_shape(row, loc)
+    if shape == "text":
+        return [row["text"]]
+    if shape in ("messages", "task"):
+        out = _turn_texts(row.get("messages"))
+    elif shape == "prompt-completion":
+        out = []
+        for key in ("prompt", "completion"):
+            value = row[key]
+            out += _turn_texts(value) if isinstance(value, list) else [_text(value, loc, key)]
+    else:
+        passage = _first(row, _PASSAGE_KEYS)
+        out = [row[passage]] if passage and isinstance(row[passage], str) else []
+        q_key, a_key = _first(row, _QUESTION_KEYS), _first(row, _ANSWER_KEYS)
+        out.append(_text(row[q_key], loc, q_key))
+        choices = row.get("choices", row.get("options"))
+        out += [str(c) for c in choices] if isinstance(choices, list) else []
+        out.append(_text(row[a_key], loc, a_key))
+    if shape == "task" and isinstance(row["gold"], dict):
+        gold = row["gold"]
+        out += [str(gold["answer"])] if gold.get("answer") not in (None, "") else []
+        out += [json.dumps(gold["tool_calls"], ensure_ascii=False)] if gold.get("tool_calls") else []
+    meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
+    solution = row.get("solution", meta.get("solution"))
+    if shape != "prompt-completion" and isinstance(solution, str) and solution not in out:
+        out.append(solution)
+    return [t for t in out if t]
+
+
 def to_task(row: dict, loc: str, default_id: str) -> dict:
     """Turn one raw row into a validated task record (see the module docstring for the shapes).
 
@@ -433,6 +520,9 @@ def to_task(row: dict, loc: str, default_id: str) -> dict:
     are adapted (keeping their `id`, `type`, `subtype`, `grader`, `tools`, `meta`) and their extra keys
     kept under `meta`.
     """
+    if row_shape(row, loc) == "text":
+        raise ACIError(f"{loc}: a `text` row is plain text, with no prompt turns or gold answer to grade; "
+                       f"this needs task records ({_TASK_SHAPES})")
     if "gold" in row:
         task = {"id": default_id, "subtype": None, "grader": None, "meta": {}, **row}
         if "type" not in task:
@@ -471,7 +561,7 @@ def to_task(row: dict, loc: str, default_id: str) -> dict:
         else:
             gold["answer"] = _text(comp, loc, "completion")
         used = {"prompt", "completion"}
-    elif q_key and a_key:
+    else:  # question-answer
         question = _text(row[q_key], loc, q_key)
         answer = row[a_key]
         choices = row.get("choices", row.get("options"))
@@ -495,9 +585,6 @@ def to_task(row: dict, loc: str, default_id: str) -> dict:
             msgs = [{"role": "user", "content": f"{row[passage]}\n\n{question}"}]
             meta["passage"] = row[passage]
             used.add(passage)
-    else:
-        keys = ", ".join(sorted(row)) or "none"
-        raise ACIError(f"{loc}: no known record shape (keys: {keys}); expected {_HINT_SHAPES}")
     if "solution" in row and isinstance(row["solution"], str):
         meta.setdefault("solution", row["solution"])
         used.add("solution")
@@ -542,43 +629,44 @@ def _infer_type(task: dict, gsm8k: bool = False) -> str:
 
 
 def to_sample(row: dict, loc: str) -> dict:
-    """Turn one raw row into a validated SFT sample: chat `messages`, prompt/completion or question/answer."""
-    q_key, a_key = _first(row, _QUESTION_KEYS), _first(row, _ANSWER_KEYS)
-    if "messages" in row:
+    """Turn one raw row into a validated SFT sample: chat `messages`, prompt/completion or question/answer;
+    a `text` row stays as it is (plain text, every token trained, no chat template: TRL's
+    language-modelling rows)."""
+    shape = row_shape(row, loc)
+    if shape == "task":
+        raise ACIError(f"{loc}: this is a task record (it has `gold`), not an SFT sample; "
+                       f"render its gold as an assistant turn first")
+    if shape == "text":
+        return row
+    if shape == "messages":
         sample = dict(row)
         if isinstance(sample["messages"], list):
             sample["messages"] = [_normal_message(m) for m in sample["messages"]]
-        if "gold" in row:
-            raise ACIError(f"{loc}: this is a task record (it has `gold`), not an SFT sample; "
-                           f"render its gold as an assistant turn first")
-    elif "prompt" in row and "completion" in row:
+    elif shape == "prompt-completion":
         prompt = _messages(row["prompt"], loc, "prompt")
         comp = row["completion"]
         completion = ([_normal_message(m) for m in comp] if isinstance(comp, list)
                       else [{"role": "assistant", "content": _text(comp, loc, "completion")}])
         sample = {k: v for k, v in row.items() if k not in ("prompt", "completion")}
         sample["messages"] = prompt + completion
-    elif q_key and a_key:
+    else:
+        q_key, a_key = _first(row, _QUESTION_KEYS), _first(row, _ANSWER_KEYS)
         sample = {k: v for k, v in row.items() if k not in (q_key, a_key)}
         sample["messages"] = [{"role": "user", "content": _text(row[q_key], loc, q_key)},
                               {"role": "assistant", "content": _text(row[a_key], loc, a_key)}]
-    else:
-        keys = ", ".join(sorted(row)) or "none"
-        raise ACIError(f"{loc}: no known sample shape (keys: {keys}); expected chat `messages`, "
-                       f"`prompt` + `completion`, or `question` + `answer`")
     if "tools" in sample:
         sample["tools"] = _tools(sample["tools"])
     return validate(sample, "sft-sample", loc)
 
 
-def iter_tasks(path: Path | str) -> Iterator[tuple[int, dict, dict]]:
+def iter_tasks(path: Path | str, content: bytes | None = None) -> Iterator[tuple[int, dict, dict]]:
     """Stream `(line, raw row, validated task)`; for tools that write rows back as they were read.
 
     Rows without an `id` get `<file stem>-<line>`; a repeated id is an error at its line.
     """
     path = Path(path)
     seen: dict[str, int] = {}
-    for n, row in read_rows(path):
+    for n, row in read_rows(path, content):
         loc = where(path, n)
         task = to_task(row, loc, f"{path.stem}-{n}")
         if task["id"] in seen:
@@ -587,9 +675,9 @@ def iter_tasks(path: Path | str) -> Iterator[tuple[int, dict, dict]]:
         yield n, row, task
 
 
-def load_tasks(path: Path | str) -> Iterator[dict]:
+def load_tasks(path: Path | str, content: bytes | None = None) -> Iterator[dict]:
     """Stream validated task records from `path`; ACIError at `file:line` on the first bad row."""
-    for _, _, task in iter_tasks(path):
+    for _, _, task in iter_tasks(path, content):
         yield task
 
 

@@ -1,31 +1,40 @@
 """Bench: checking 100,000 training rows against a 1,319-item reference (GSM8K test size), mode simple.
 
 Generates GSM8K-like word problems from templates: the reference (1,319 items with worked solutions)
-and the training set (SFT samples: a question from templates in the reference's style and
-vocabulary, so common phrases hit the index, and a worked answer), with 50 verbatim copies of reference
-items (all must be flagged) and 50 near-copies (one number changed; flagged when enough of the question
-survives for its length). Times `aci.contamination.check` (indexing + streaming the
-training file, including reading and tokenising it) and reports rows/s and the process's peak memory
-(`resource.getrusage`, max RSS). For comparison it also times cl100k tokenisation of the same texts
-alone, the floor of any method that reads every token. Last line: `rows_per_s=N`.
+and the training set (chat samples with a worked answer: half of them on the reference's own problem
+shapes with other names and numbers, as a generator matching the benchmark's style writes them, so long
+phrases hit the index; half on the set's own shapes in the same vocabulary), with 50 verbatim copies of
+reference items (all must be flagged with label `judge`) and 50 near-copies (one number changed). Times
+`aci.contamination.check` (indexing + streaming the training file, including reading and tokenising it)
+in CPU seconds of this process, and reports the peak memory (max RSS). For comparison it also times
+cl100k tokenisation of the same texts alone, the floor of any method that reads every token.
+
+`--judge PATH` (the PostTrainBench judge's `contamination_check.py`, kept outside this project; see
+tests/data/contamination_judge/README.md for running it offline) also runs the judge's tool on the same
+rows, given as `{"text": ...}`, and reports its rows per CPU-second (its process's user + system time)
+and the ratio; `--rows N` changes the size. Last line: `rows_per_cpu_s=N`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import re
 import resource
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from aci import contamination as C
+from aci.tasks import read_rows
 
-ROWS = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+ROWS = 100_000
 REFS = 1319
 PLANTED = 50
+STYLE_MATCHED = 0.5  # share of the other rows drawn from the reference's own problem shapes
 NAMES = ["Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Ken", "Alexis", "Tina", "Mark", "Randy", "Joy",
          "Carla", "Gerald", "Shiela", "Toula", "Billy", "Greg", "Mandy", "Hasan"]
 OBJECTS = ["clips", "apples", "stickers", "marbles", "cupcakes", "books", "pencils", "shells", "cookies", "cards"]
@@ -70,52 +79,84 @@ def problem(rng: random.Random, templates: list[str]) -> tuple[str, str]:
     return q, solution
 
 
-def generate(folder: Path, rng: random.Random) -> tuple[Path, Path, set[int]]:
+def generate(folder: Path, rng: random.Random, rows: int = ROWS) -> tuple[Path, Path, set[int]]:
     ref, train = folder / "test.jsonl", folder / "train.jsonl"
     items = [problem(rng, TEMPLATES) for _ in range(REFS)]
     with open(ref, "w") as f:
         for i, (q, a) in enumerate(items):
             f.write(json.dumps({"id": f"gsm8k-test-{i}", "question": q, "answer": a}) + "\n")
-    planted = rng.sample(range(ROWS), 2 * PLANTED)
+    planted = rng.sample(range(rows), 2 * PLANTED)
     copies, near = set(planted[:PLANTED]), set(planted[PLANTED:])
     with open(train, "w") as f:
-        for i in range(ROWS):
+        for i in range(rows):
             if i in copies:
                 q, a = items[rng.randrange(REFS)]
             elif i in near:
                 q, a = items[rng.randrange(REFS)]
                 q = re.sub(r"\d+", lambda m: str(int(m.group()) + 1), q, count=1)
             else:
-                q, a = problem(rng, OWN_TEMPLATES)
+                q, a = problem(rng, TEMPLATES if rng.random() < STYLE_MATCHED else OWN_TEMPLATES)
             f.write(json.dumps({"messages": [{"role": "user", "content": q},
                                              {"role": "assistant", "content": a.replace("#### ", "ANSWER: ")}]}) + "\n")
     return ref, train, {i + 1 for i in copies}  # line numbers of the verbatim copies
 
 
+def run_judge(tool: Path, ref: Path, train: Path, folder: Path) -> tuple[float, int]:
+    """CPU seconds of the judge's tool on the training rows as `{"text": ...}`, and the rows it flagged."""
+    from aci.tasks import row_texts
+
+    texts = folder / "train_text.jsonl"
+    with open(texts, "w") as f:
+        for _, row in read_rows(train):
+            f.write(json.dumps({"text": "\n".join(row_texts(row, str(train)))}) + "\n")
+    array = folder / "test_data.json"
+    array.write_text(json.dumps([row for _, row in read_rows(ref)]))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, str(tool), "--reference", str(array), "--input", str(texts)],
+                          capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 1) or "Traceback" in done.stderr:
+        raise SystemExit(f"the judge's tool failed:\n{done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, len(done.stdout.splitlines())
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=ROWS)
+    ap.add_argument("--judge", type=Path, help="the judge's contamination_check.py, to time it on the same rows")
+    args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        ref, train, copy_lines = generate(Path(tmp), random.Random(0))
+        ref, train, copy_lines = generate(Path(tmp), random.Random(0), args.rows)
         enc = C.encoding()
         enc.encode_ordinary("warm up")
-        t0 = time.perf_counter()
-        texts = [C.clean(r.text) for r in C.training_rows(train)]
-        for k in range(0, len(texts), C.BATCH):
-            C.tokenize(enc, texts[k:k + C.BATCH])
-        t_tok = time.perf_counter() - t0
-        del texts
-        t0 = time.perf_counter()
+        t0 = time.process_time()
+        tokens = C.Tokens(enc)
+        for r in C.training_rows(train):
+            tokens(C.clean(r.text))
+        t_tok = time.process_time() - t0
+        del tokens
+        t0 = time.process_time()
         report = C.check(C.reference_items(ref), C.training_rows(train), "simple", 0.8, enc=enc)
-        t_check = time.perf_counter() - t0
+        t_check = time.process_time() - t0
+        judge = run_judge(args.judge, ref, train, Path(tmp)) if args.judge else None
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    assert report.rows == ROWS
-    missed = copy_lines - {r["line"] for r in report.flagged}
-    assert not missed, f"verbatim copies not flagged at lines {sorted(missed)}"
-    print(f"rows={ROWS} references={report.references} indexed={report.indexed}")
-    print(f"flagged={len(report.flagged)} (planted {PLANTED} verbatim copies and {PLANTED} near-copies)")
-    print(f"read_and_tokenize_only_s={t_tok:.2f} ({ROWS / t_tok:,.0f} rows/s)")
-    print(f"check_s={t_check:.2f}")
+    assert report.rows == args.rows
+    judged = {r["line"] for r in report.flagged if r["label"] == "judge"}
+    missed = copy_lines - judged
+    assert not missed, f"verbatim copies not flagged with label judge at lines {sorted(missed)}"
+    ours = args.rows / t_check
+    print(f"rows={args.rows} references={report.references} indexed={report.indexed}")
+    print(f"flagged={len(report.flagged)} judge-labelled={report.judge_flagged} (planted {PLANTED} verbatim copies "
+          f"and {PLANTED} near-copies)")
+    print(f"read_and_tokenize_only_cpu_s={t_tok:.2f} ({args.rows / t_tok:,.0f} rows/s)")
+    print(f"check_cpu_s={t_check:.2f}")
     print(f"peak_rss_mb={peak_mb:.0f}")
-    print(f"rows_per_s={ROWS / t_check:.0f}")
+    if judge:
+        cpu, flagged = judge
+        print(f"judge_tool_cpu_s={cpu:.2f} judge_tool_flagged={flagged} judge_tool_rows_per_cpu_s={args.rows / cpu:.0f}")
+        print(f"speedup_vs_judge_tool={ours / (args.rows / cpu):.1f}")
+    print(f"rows_per_cpu_s={ours:.0f}")
 
 
 if __name__ == "__main__":

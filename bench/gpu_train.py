@@ -1,13 +1,16 @@
 """GPU training throughput: tokens/s and model FLOPs utilisation (MFU) of SFT through `aci train`, against
-TRL's defaults, on a randomly initialised Qwen3-1.7B-shaped model (bf16, packing), in one run.
+TRL's defaults, on a randomly initialised Qwen3-1.7B-shaped model (bf16, 4k context), in one run.
 
-Runs only where CUDA is present (elsewhere it says so and exits 0); about 4 minutes on one H100:
+Runs only where CUDA is present (elsewhere it says so and exits 0); a few minutes on one H100:
 
 * the model: Qwen3-1.7B's shape (28 layers, hidden 2048, MLP 6144, 16 query / 8 KV heads of 128, vocabulary
   151,936, tied embeddings) with random weights, and the embedded tokenizer (no hub access needed);
-* the data: ~1,600 chat samples of ~800 tokens (text from the shipped corpus), packed into 4,096-token rows;
-* `aci train start --packing` with the tool's defaults for CUDA (bf16, flash attention when installed,
-  gradient checkpointing) vs `SFTTrainer` with TRL's defaults plus bf16, packing and the same batch;
+* the data: ~1,600 chat samples of ~800 tokens (text from the shipped corpus), max length 4,096;
+* `aci train dry-run --measure-steps 3` (finds the micro-batch that fits and measures), then
+  `aci train start` with the tool's defaults (packing with per-sample attention, bf16, the fastest
+  attention kernel and Liger when installed, the measured micro-batch and gradient checkpointing only if
+  memory needs it) vs `SFTTrainer` with TRL's defaults (its batch size, padding, gradient checkpointing),
+  the same data and max length;
 * tokens/s is the steady rate between the trainer's logs after the first third of the steps (start-up,
   warm-up and the final save excluded); MFU = tokens/s x FLOPs per token / peak bf16 FLOP/s of the GPU,
   with FLOPs per token = 6 x (matmul parameters, lm_head included) + 12 x layers x heads x head_dim x T
@@ -40,8 +43,11 @@ PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4, "GH200": 989.4,
                "L40S": 362.0, "A10G": 125.0}
 
 
-def build(out: Path, shape: dict, cuda: bool) -> None:
-    """Tokenizer from the embedded builder, model of the given shape with random bf16 weights."""
+def build(out: Path, shape: dict, cuda: bool, reachable_vocab: bool = False) -> None:
+    """Tokenizer from the embedded builder, model of the given shape with random bf16 weights.
+
+    `reachable_vocab`: zero the embeddings past the tokenizer's vocabulary, so greedy decoding never picks
+    an id the tokenizer cannot decode (the shape, and so the FLOPs, stay Qwen3's)."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -53,6 +59,9 @@ def build(out: Path, shape: dict, cuda: bool) -> None:
                          eos_token_id=eot, pad_token_id=pad, bos_token_id=None)
     with torch.device("cuda" if cuda else "cpu"):
         model = Qwen3ForCausalLM(config).to(torch.bfloat16 if cuda else torch.float32)
+    if reachable_vocab:
+        with torch.no_grad():
+            model.get_input_embeddings().weight[len(tok):] = 0
     model.generation_config = GenerationConfig(eos_token_id=[eot], pad_token_id=pad)
     model.save_pretrained(out, safe_serialization=True)
 
@@ -86,7 +95,7 @@ def steady_rate(points: list[tuple[float, float]]) -> float:
 
 
 def plain(model: str, data: str, out: str, settings: str) -> None:
-    """The baseline: SFTTrainer with TRL's defaults, plus bf16, packing and the same batch and length."""
+    """The baseline: SFTTrainer with TRL's defaults on the same data and max length (and the step count)."""
     from datasets import load_dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
@@ -103,10 +112,9 @@ def plain(model: str, data: str, out: str, settings: str) -> None:
                 with open(points, "a") as f:
                     f.write(json.dumps([time.monotonic() - self.t0, logs["num_tokens"]]) + "\n")
 
-    args = SFTConfig(output_dir=out, bf16=s["cuda"], use_cpu=not s["cuda"], packing=True, max_length=s["max_length"],
-                     per_device_train_batch_size=s["batch_size"], gradient_accumulation_steps=s["grad_accum"],
-                     max_steps=s["steps"], logging_steps=s["logging_steps"], save_strategy="no", report_to="none",
-                     disable_tqdm=True)
+    args = SFTConfig(output_dir=out, use_cpu=not s["cuda"], max_length=s["max_length"], max_steps=s["steps"],
+                     logging_steps=s["logging_steps"], save_strategy="no", report_to="none", disable_tqdm=True,
+                     **({} if s["cuda"] else {"per_device_train_batch_size": 2, "bf16": False}))
     ds = load_dataset("json", data_files=data, split="train")
     SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=AutoTokenizer.from_pretrained(model),
                callbacks=[Points()]).train()
@@ -126,13 +134,19 @@ def run_aci(work: Path, s: dict) -> tuple[list[tuple[float, float]], dict]:
     aci = [sys.executable, "-m", "aci.cli"]
     subprocess.run([*aci, "plan", "init", "--base-model", str(work / "model"), "--benchmark", "gpu-bench",
                     "--profile", "default"], cwd=work, check=True, capture_output=True)
-    args = ["--packing", f"--max-length={s['max_length']}", f"--batch-size={s['batch_size']}",
-            f"--grad-accum={s['grad_accum']}", f"--max-steps={s['steps']}", "--save-steps=100000",
-            f"--logging-steps={s['logging_steps']}"]
+    args = [f"--max-length={s['max_length']}", f"--max-steps={s['steps']}", "--save-steps=100000",
+            f"--logging-steps={s['logging_steps']}", *s["aci_args"]]
+    dry = subprocess.run([*aci, "--json", "train", "dry-run", "--data", "data.jsonl", *args, "--measure-steps=3"],
+                         cwd=work, capture_output=True, text=True)
+    if dry.returncode:
+        raise SystemExit(f"aci train dry-run failed:\n{dry.stdout[-2000:]}{dry.stderr[-3000:]}")
+    cfg = json.loads(dry.stdout)["config"]
+    print(f"aci: dry-run chose micro-batch {cfg['batch_size']} x {cfg['grad_accum']}, gradient checkpointing "
+          f"{cfg['gradient_checkpointing']}", flush=True)
     out = subprocess.run([*aci, "--json", "train", "start", "--data", "data.jsonl", *args], cwd=work,
                          capture_output=True, text=True)
     if out.returncode:
-        raise SystemExit(f"aci train start failed:\n{out.stderr[-3000:]}")
+        raise SystemExit(f"aci train start failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
     start = json.loads(out.stdout)
     folder = work / "state" / "jobs" / start["job"]["id"]
     points = []
@@ -144,6 +158,8 @@ def run_aci(work: Path, s: dict) -> tuple[list[tuple[float, float]], dict]:
     ex = json.loads((folder / "exit.json").read_text())
     if ex["status"] != "succeeded":
         raise SystemExit(f"aci job failed: {ex['reason']}\n{(folder / 'log').read_text()[-3000:]}")
+    p = json.loads((folder / "progress.json").read_text())
+    print(f"aci: speed {p.get('speed')}", flush=True)
     return points, start["checks"]
 
 
@@ -175,8 +191,8 @@ def main() -> int:
         print("no CUDA device: bench/gpu_train.py measures GPU training and runs only where CUDA is present")
         return 0
     shape = QWEN3_1_7B if cuda else TINY
-    s = {"cuda": cuda, "max_length": 4096 if cuda else 256, "batch_size": 2 if cuda else 2,
-         "grad_accum": 4 if cuda else 1, "steps": args.steps if cuda else 6, "logging_steps": 2 if cuda else 1}
+    s = {"cuda": cuda, "max_length": 4096 if cuda else 256, "steps": args.steps if cuda else 4,
+         "logging_steps": 2 if cuda else 1, "aci_args": [] if cuda else ["--batch-size=2", "--grad-accum=2"]}
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                       TOKENIZERS_PARALLELISM="false")
     os.environ.pop("ACI_STATE", None)
@@ -185,7 +201,7 @@ def main() -> int:
         work = Path(tmp)
         t0 = time.monotonic()
         build(work / "model", shape, cuda)
-        (work / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples(1600 if cuda else 64,
+        (work / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples(1600 if cuda else 32,
                                                                                         2000 if cuda else 300)))
         print(f"model and data ready in {time.monotonic() - t0:.0f} s on {device}", flush=True)
         results = {}

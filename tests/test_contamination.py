@@ -1,12 +1,16 @@
-"""`contamination`: the judges' decon-SIMPLE reading and the 13-gram mode, on a hand-labelled set, through
-the real registry (and once the real stdio MCP server), with the verdict recorded in the data manifest."""
+"""`contamination`: never less strict than the PostTrainBench judge's own tool (its verdicts on 1,570 generated
+cases are a fixture), the issue-11 table, a hand-labelled set through the real registry (and once the real
+stdio MCP server), matches that name the test item, the verdict bound to a pinned reference and to the bytes
+scanned, and every training-row shape read the same way by every data tool."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import importlib.util
 import json
-import random
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,9 +21,19 @@ from aci import contamination as C
 from aci import manifest, registry
 from aci.context import Context
 from aci.errors import ACIError
+from aci.tasks import row_texts
 from tests.conftest import mcp_client
 
-LABELLED = Path(__file__).parent / "data" / "contamination_labelled.jsonl"
+DATA = Path(__file__).parent / "data"
+LABELLED = DATA / "contamination_labelled.jsonl"
+JUDGE = DATA / "contamination_judge"
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("contamination_judge_cases", JUDGE / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def labelled() -> tuple[list[dict], list[dict]]:
@@ -30,7 +44,7 @@ def labelled() -> tuple[list[dict], list[dict]]:
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return path
 
 
@@ -50,47 +64,71 @@ def check(workdir: Path, **args):
     return registry.call("contamination", args, Context(workdir=workdir))
 
 
-def strict_card(workdir: Path) -> None:
+def strict_card(workdir: Path, **card) -> None:
     registry.call("plan", {"action": "init", "base_model": "base", "benchmark": "gsm8k", "profile": "posttrainbench",
-                           "eval_command": "python evaluate.py --model-path {model_path}"}, Context(workdir=workdir))
+                           "eval_command": "python evaluate.py --model-path {model_path}", **card},
+                  Context(workdir=workdir))
+
+
+def scan(refs: list[dict], rows: list[dict], tmp: Path, **kw) -> C.Report:
+    ref, data = write_jsonl(tmp / "ref.jsonl", refs), write_jsonl(tmp / "rows.jsonl", rows)
+    return C.check(C.reference_items(ref), C.training_rows(data), **kw)
 
 
 # -- the algorithm's pieces ----------------------------------------------------------------------------
-def test_cleaning_and_cl100k_tokens():
-    assert C.clean("Hello, World!  It's 9:15_am.") == " hello world it s 9 15 am"
+def test_cleaning_is_the_judges():
+    assert C.clean("Hello, World!  It's 9:15_am.") == "hello world it s 9 15 am"
+    assert C.clean("\u201cQuoted\u201d \u2014 don\u2019t") == "quoted don t"  # curly quotes and em dash go
+    assert C.clean("5\u20ac \u2026 caf\u00e9\u00a0x") == "5\u20ac \u2026 caf\u00e9 x"  # other symbols stay
     assert C.clean("?!") == ""
-    enc = C.encoding()
-    assert enc.encode_ordinary(C.clean("Hello world")) == [24748, 1917]  # cl100k ids of " hello", " world"
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.text(max_size=40) | st.sampled_from(["", "?!", "9:15 a.m.", "naïve café", "x\u2028y", "１２３"]),
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(max_size=30) | st.sampled_from(["", "?!", "9:15 a.m.", "na\u00efve caf\u00e9", "x\u2028y",
+                                                         "\uff11\uff12\uff13", "5\u20ac", "a\u200bb", "1234567",
+                                                         "e\u0301t\u00e9", "\U0001f914 ok", "don\u2019t"]),
                 max_size=8))
-def test_joined_tokenisation_equals_one_call_per_text(texts):
+def test_word_by_word_tokens_equal_encoding_the_text(parts):
     enc = C.encoding()
-
-    class NoFallback:  # the joined path must line up by itself
-        encode_ordinary = staticmethod(enc.encode_ordinary)
-
-        def encode_ordinary_batch(self, texts):
-            raise AssertionError("pieces did not line up")
-
-    cleaned = [C.clean(t) for t in texts]
-    assert C.tokenize(NoFallback(), cleaned) == [enc.encode_ordinary(t) for t in cleaned]
+    tokens = C.Tokens(enc)
+    text = C.clean(" ".join(parts))
+    assert tokens(text) == enc.encode_ordinary(" " + text)
 
 
 @pytest.mark.parametrize("length,required", [(10, 1.0), (20, 1.0), (35, 0.9), (50, 0.8), (400, 0.8)])
-def test_required_score_relaxes_linearly_from_20_to_50_tokens(length, required):
-    assert C.required_score(length, 0.8) == pytest.approx(required)
+def test_threshold_relaxes_linearly_from_20_to_50_tokens(length, required):
+    assert C.relaxed(length, 0.8) == pytest.approx(required)
 
 
-def test_short_and_low_variety_reference_items_are_skipped():
-    items = [C.RefText("short", 1, "What is 7 times 8?", "56", ""),
-             C.RefText("repetitive", 2, "buy buy buy sell " * 10, "x", ""),
-             C.RefText("ok", 3, "A farmer has 17 sheep and buys 5 more every spring for six years; how many "
-                                "sheep does the farmer own after the sixth spring, if none are sold?", "47", "")]
-    index = C.SimpleIndex(items, 0.8)
-    assert index.skipped == ["short", "repetitive"] and index.ids == ["ok"]
+def test_short_items_are_skipped_by_all_their_fields_together(tmp_path):
+    refs = [{"id": "short", "question": "What is 7 times 8?", "answer": "56"},
+            {"id": "repetitive", "question": "buy buy buy sell " * 10, "answer": "x"},
+            {"id": "bfcl", "question": "What's the weather like in Boston today, in celsius?",
+             "answer": json.dumps([{"get_weather": {"city": ["Boston"], "unit": ["celsius"]}}])},
+            {"id": "fp-1", "question": "A farmer has 17 sheep and buys 5 more every spring for six years; how many sheep does she own after that?",
+             "answer": "47", "fingerprint": "f", "eval_key": "k"},
+            {"id": "fp-2", "question": "A farmer has 17 goats and buys 5 more every spring for six years; how many goats does she own after that?",
+             "answer": "47", "fingerprint": "f", "eval_key": "k"}]
+    index = C.SimpleIndex(list(C.reference_items(write_jsonl(tmp_path / "r.jsonl", refs))))
+    assert index.skipped == ["short", "repetitive", "fp-2"]  # a repeated fingerprint is skipped too
+    bfcl = index.items[0]
+    assert bfcl.q_len < 20 and bfcl.q_floor == 1.0 and bfcl.cum_len >= 20  # a short question is still checked
+
+
+def test_the_judges_weights_and_idf():
+    assert C._weights(("question", "answer"), 20, 9) == {"question": 0.75, "answer": 0.25}
+    w = C._weights(("question", "answer"), 10, 9)  # an uninformative question hands weight to the answer
+    assert w["question"] == pytest.approx(0.75 * 0.75) and w["answer"] == pytest.approx(0.25 + 0.75 * 0.25)
+    w = C._weights(("question", "answer", "passage"), 20, 2)
+    assert w == pytest.approx({"question": 0.7, "answer": 0.2 * 0.75, "passage": 0.1 + 0.2 * 0.25})
+
+
+def test_one_reference_item_gives_the_judge_nothing_but_the_stricter_checks_still_flag(tmp_path):
+    q = ("A bakery sells muffins in boxes of 6. On Monday it sold 14 boxes and on Tuesday it sold 9 more boxes "
+         "than on Monday. How many muffins did it sell in total?")
+    report = scan([{"question": q, "answer": "222"}], [{"question": q, "answer": "222"}], tmp_path)
+    (row,) = report.flagged  # every n-gram of a one-item reference weighs ln(1/1) = 0 for the judge
+    assert row["label"] == "stricter" and row["matches"][0]["component"] == "question"
 
 
 def test_missing_offline_vocabulary_is_a_clear_error(monkeypatch, tmp_path):
@@ -100,46 +138,89 @@ def test_missing_offline_vocabulary_is_a_clear_error(monkeypatch, tmp_path):
         C.encoding()
 
 
-def _near_copies(seed: int) -> tuple[list[C.RefText], list[C.Row]]:
-    """Template word problems, and training rows of which a fifth are reference items copied, with a word
-    inserted mid-sentence, or with a number changed."""
-    rng = random.Random(seed)
-    shapes = ["{n} buys {x} boxes of pencils with 12 pencils in each box and gives {y} pencils to her friends at "
-              "school. How many pencils does {n} have left?",
-              "{n} walks {x} meters to the library and {y} meters back home every day of the week except Sunday. "
-              "How many meters does {n} walk in one week?",
-              "A shop sells {x} apples on Monday and {y} more apples on Tuesday than on Monday. How many apples does "
-              "the shop sell on both days together?"]
-    names = ["Ana", "Bo", "Cy", "Dee", "Eli"]
-
-    def problem() -> str:
-        return rng.choice(shapes).format(n=rng.choice(names), x=rng.randrange(2, 500), y=rng.randrange(2, 500))
-
-    refs = [C.RefText(f"r{i}", i, problem(), f"The answer is {rng.randrange(1000)}.", "") for i in range(60)]
-    rows = []
-    for k in range(300):
-        q = refs[rng.randrange(60)].question
-        if k % 15 == 0:
-            text = f"Solve this: {q}"
-        elif k % 15 == 5:
-            words = q.split()
-            text = " ".join(words[:9] + ["really"] + words[9:])
-        elif k % 15 == 10:
-            text = re.sub(r"\d+", lambda m: str(int(m.group()) + 1), q, count=1)
-        else:
-            text = problem()
-        rows.append(C.Row(k, k + 1, None, text))
-    return refs, rows
+# -- the judge's own verdicts -----------------------------------------------------------------------
+def fixture_cases() -> list[dict]:
+    return [json.loads(line) for line in (JUDGE / "cases.jsonl").read_text().splitlines()]
 
 
-def test_probe_index_prunes_exactly(monkeypatch):
-    """The rarest-n-gram probe must never lose a flag: same result as scoring every item for every row."""
-    refs, rows = _near_copies(7)
-    fast = C.check(refs, rows, "simple", 0.8)
-    monkeypatch.setattr(C._Component, "candidates", lambda self, distinct: set(self.sets) if self.post else set())
-    slow = C.check(refs, rows, "simple", 0.8)
-    assert fast.flagged == slow.flagged
-    assert len(fast.flagged) > 20  # the near-copies of long questions are caught
+def judge_flags(case: dict) -> set[int]:
+    return set(case["judge"]["file"]) | set(case["judge"]["text"])
+
+
+def test_never_misses_a_row_the_judge_flags(tmp_path):
+    """The judge's tool, run on each row as it is and on its texts in order, flagged these rows; every one
+    must be flagged here with label `judge`, naming at least the items the judge named."""
+    cases = fixture_cases()
+    for k, c in enumerate(cases):  # the judge saw the texts the project reads today
+        text = "\n".join(row_texts(c["row"], f"case {k}"))
+        assert hashlib.sha1(text.encode()).hexdigest() == c["text_sha1"], f"case {k}: regenerate the fixture"
+    rows = write_jsonl(tmp_path / "rows.jsonl", [c["row"] for c in cases])
+    report = C.check(C.reference_items(JUDGE / "reference.json"), C.training_rows(rows), keep_matches=100)
+    ours = {r["row"]: r for r in report.flagged}
+    kinds = Counter(c["kind"].split("-")[0] for c in cases)
+    assert len(cases) >= 1000 and {"verbatim", "edit", "late", "passage", "variant", "multi", "prefix", "question",
+                                   "answer", "side", "unrelated"} <= set(kinds)
+    assert len({c["shape"] for c in cases}) == 7
+    flagged_by_judge = [k for k, c in enumerate(cases) if judge_flags(c)]
+    assert len(flagged_by_judge) > 500
+    missed = [(k, cases[k]["kind"]) for k in flagged_by_judge
+              if k not in ours or ours[k]["label"] != "judge"
+              or not judge_flags(cases[k]) <= {m["item"] for m in ours[k]["matches"] if m["label"] == "judge"}]
+    assert missed == []
+    unrelated = [k for k, c in enumerate(cases) if c["kind"] == "unrelated"]
+    assert sum(k in ours for k in unrelated) <= 0.001 * len(unrelated)
+    overclaimed = [k for k, r in ours.items() if r["label"] == "judge" and not judge_flags(cases[k])]
+    assert len(overclaimed) <= 0.01 * len(flagged_by_judge), overclaimed
+    stricter = Counter(cases[k]["kind"].split("-")[0] for k, r in ours.items() if r["label"] == "stricter")
+    assert stricter["question"] + stricter["answer"] > 20  # the copied question or worked answer alone
+
+
+def test_the_issue_table(tmp_path):
+    """300 GSM8K-style and 200 BFCL-style items: verbatim copies and late answers are all flagged with label
+    `judge`, as the judge's tool flags them; 2,000 unrelated rows are not."""
+    gen = generator()
+    refs, cases = gen.table()
+    recorded = json.loads((JUDGE / "table.json").read_text())
+    assert gen.digest(refs, cases) == recorded["digest"], "the generator changed: regenerate table.json"
+    ref = tmp_path / "test_data.json"
+    ref.write_text(json.dumps(refs, indent=2))
+    rows = write_jsonl(tmp_path / "train.jsonl", [c["row"] for c in cases])
+    report = C.check(C.reference_items(ref), C.training_rows(rows))
+    judged = {r["row"] for r in report.flagged if r["label"] == "judge"}
+    by_kind = Counter(cases[r["row"]]["kind"] for r in report.flagged)
+    assert by_kind == {"verbatim": 27, "late-answer": 26}
+    assert judged == set(recorded["judge_flagged"]) == {k for k, c in enumerate(cases) if c["kind"] != "unrelated"}
+    bfcl = [k for k, c in enumerate(cases) if c["kind"] != "unrelated" and c["item"] >= 300]
+    assert len(bfcl) >= 30 and set(bfcl) <= judged
+    names = {r["row"]: r["matches"][0] for r in report.flagged}
+    assert all(names[k]["item"] == cases[k]["item"] for k in judged)
+
+
+def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
+    """Scoring only the items the probe index and the score bounds let through gives the same flags as
+    scoring every item of the reference in every row."""
+    cases = fixture_cases()[::3]
+    rows = write_jsonl(tmp_path / "rows.jsonl", [c["row"] for c in cases])
+
+    def run():
+        report = C.check(C.reference_items(JUDGE / "reference.json"), C.training_rows(rows), keep_matches=100)
+        return {r["row"]: sorted((m["item"], m["label"], m["component"], m["score"]) for m in r["matches"])
+                for r in report.flagged}
+
+    fast = run()
+    every: list[int] = []
+    monkeypatch.setattr(C.SimpleIndex, "_codes", lambda self, grams: every)
+    monkeypatch.setattr(C.SimpleIndex, "_candidates", lambda self, row, codes: {
+        i for i, it in enumerate(self.items) if it.weights and it.q_total > 0})
+    monkeypatch.setattr(C._Alone, "bound", lambda self, i, distinct: 1.0)
+    original = C.SimpleIndex.__init__
+
+    def init(self, *a, **kw):
+        original(self, *a, **kw)
+        every[:] = [3 * i + kind for kind, check in self.alone.items() for i in check.sets]
+
+    monkeypatch.setattr(C.SimpleIndex, "__init__", init)
+    assert run() == fast and len(fast) > 150
 
 
 # -- the labelled set, through the registry ----------------------------------------------------------
@@ -153,28 +234,44 @@ def test_agrees_with_the_labelled_set(workdir, mode, label):
     assert out.skipped_references == 1 and out.indexed == out.references - 1  # "What is 7 times 8?"
 
 
-def test_flags_copies_long_spans_and_answer_leaks_for_the_right_reason(workdir):
+def test_labels_say_whether_the_judge_flags_the_row(workdir):
     ref, data, _ = files(workdir)
     out = check(workdir, path=str(data), reference=str(ref), show=100)
-    by_id = {r["id"]: r["matches"][0] for r in out.contaminated}
-    assert by_id["copy-bakery"]["reference"] == "bakery" and by_id["copy-bakery"]["component"] == "combined"
-    assert by_id["copy-bakery"]["score"] == 1.0
-    assert by_id["question-only-seedlings"]["component"] == "question"
-    span = by_id["span-charity"]
-    assert span["component"] == "question" and span["required"] == 0.8 and 0.8 <= span["score"] < 1.0
-    leak = by_id["answer-leak-bakery"]
-    assert leak["component"] == "answer" and leak["question"] == 0.0 and leak["score"] >= leak["required"] > 0.8
-    assert by_id["copy-reservoir"]["passage"] == 1.0
+    by_id = {r["id"]: r for r in out.contaminated}
+    first = {k: r["matches"][0] for k, r in by_id.items()}
+    assert by_id["copy-bakery"]["label"] == "judge" and first["copy-bakery"]["reference"] == "bakery"
+    assert first["copy-bakery"]["component"] == "combined" and first["copy-bakery"]["score"] == 1.0
+    assert first["copy-reservoir"]["passage"] == 1.0 and by_id["copy-reservoir"]["label"] == "judge"
+    for alone, component in (("question-only-seedlings", "question"), ("span-charity", "question"),
+                             ("answer-leak-bakery", "answer")):
+        assert by_id[alone]["label"] == "stricter" and first[alone]["component"] == component
+    assert out.judge_flagged == sum(r["label"] == "judge" for r in out.contaminated)
+    assert out.stricter_flagged == out.flagged - out.judge_flagged > 0
     assert {"style-florist", "chat-haiku", "fragment-train", "rewrite-charity"}.isdisjoint(by_id)
+    assert "[judge]: test item bakery" in out.summary() and "A bakery sells muffins" in out.summary()
 
 
-def test_verdict_is_recorded_in_the_manifest(workdir):
+def test_matches_name_the_test_item_of_a_json_array_reference(workdir):
+    refs, _ = labelled()
+    (workdir / "test_data.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "id"} for r in refs]))
+    rows = [{"text": f"{r['question']}\n{r['answer']}"} for r in refs if r["id"] in ("bakery", "train", "gas")]
+    write_jsonl(workdir / "train.jsonl", rows)
+    out = check(workdir, path="train.jsonl", reference="test_data.json")
+    named = [r["matches"][0] for r in out.contaminated]
+    expect = [i for i, r in enumerate(refs) if r["id"] in ("bakery", "train", "gas")]
+    assert [m["item"] for m in named] == expect and [m["reference"] for m in named] == [f"#{i}" for i in expect]
+    assert all(m["line"] == 1 for m in named)  # one line, yet three different items
+    assert [m["excerpt"][:20] for m in named] == [refs[i]["question"][:20] for i in expect]
+
+
+def test_verdict_is_recorded_for_the_bytes_scanned(workdir):
     ref, data, train = files(workdir)
     out = check(workdir, path=str(data), reference=str(ref))
     m = manifest.current(Context(workdir=workdir).state, data)
     section = m["contamination"]
-    assert m["role"] == "train" and section["verdict"] == "fail" == out.verdict
+    assert m["role"] == "train" and m["sha256"] == out.sha256 and section["verdict"] == "fail" == out.verdict
     assert section["mode"] == "simple" and section["reference"] == str(ref) and section["flagged"] == out.flagged
+    assert section["reference_sha256"] == out.reference_sha256 and section["judge_flagged"] == out.judge_flagged
     assert section["tolerated_rows"] == 0 and section["threshold"] == 0.8
     side = Path(out.manifest).parent / "contamination.jsonl"
     assert len(side.read_text().splitlines()) == out.flagged
@@ -186,33 +283,143 @@ def test_verdict_is_recorded_in_the_manifest(workdir):
     assert manifest.current(Context(workdir=workdir).state, workdir / "clean.jsonl")["contamination"]["verdict"] == "pass"
 
 
-def test_strict_profile_tolerates_three_rows(workdir):
+def test_strict_profile_tolerates_no_flagged_row(workdir):
     strict_card(workdir)
     contaminated = [r["id"] for r in labelled()[1] if r["contaminated"]]
-    ref, data, _ = files(workdir, lambda r: not r["contaminated"] or r["id"] in contaminated[:3])
+    ref, data, _ = files(workdir, lambda r: not r["contaminated"] or r["id"] == contaminated[0])
     out = check(workdir, path=str(data), reference=str(ref))
-    assert out.flagged == 3 and out.tolerated_rows == 3 and out.verdict == "pass"
-    files(workdir, lambda r: not r["contaminated"] or r["id"] in contaminated[:4])
-    assert check(workdir, path=str(data), reference=str(ref)).verdict == "fail"
+    assert out.flagged == 1 and out.tolerated_rows == 0 and out.verdict == "fail" and not out.opens_train_gate
+    files(workdir, lambda r: not r["contaminated"])
+    out = check(workdir, path=str(data), reference=str(ref))
+    assert out.verdict == "pass" and out.opens_train_gate
     with pytest.raises(ACIError) as e:
         check(workdir, path=str(data), reference=str(ref), threshold=0.95)
     assert e.value.rule == "no-test-data"
 
 
-def test_banned_training_data_is_refused(workdir):
+def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(workdir):
+    from aci.training import gates
+
+    ref, data, _ = files(workdir, lambda r: not r["contaminated"] and not r["ngram13"])
+    write_jsonl(workdir / "other.jsonl", [{"question": f"An unrelated question about {n} blue kites flying over the "
+                                                      f"harbour on a windy day: how many are left after a storm?",
+                                          "answer": "seven"} for n in ("seven", "nine")])
+    (workdir / "tiny.jsonl").write_text('{"question": "What is 7 times 8?", "answer": "56"}\n')
+    strict_card(workdir, reference=ref.name)
+    ctx = Context(workdir=workdir)
+    assert ctx.card["reference"] == {"path": str(ref), "sha256": manifest.file_hash(ref)}
+
+    def gate() -> str:
+        with pytest.raises(ACIError) as e:
+            gates.check_data(Context(workdir=workdir), data, [])
+        assert e.value.rule == "no-test-data"
+        return str(e.value)
+
+    for args, why in (({"reference": "other.jsonl"}, "not the run card's pinned reference"),
+                      ({"reference": ref.name, "mode": "ngram13"}, "mode ngram13"),
+                      ({"reference": "tiny.jsonl"}, "0 indexed")):
+        out = check(workdir, path=str(data), **args)
+        assert out.verdict == "pass" and not out.opens_train_gate and why in out.warnings[-1]
+        assert why in gate()
+    out = check(workdir, path=str(data))  # the pinned reference is the default
+    assert out.reference == str(ref) and out.opens_train_gate
+    assert gates.check_data(Context(workdir=workdir), data, []) == out.sha256
+    with pytest.raises(ACIError) as e:  # the pin stays under strict rules
+        registry.call("plan", {"action": "update", "reference": "other.jsonl"}, Context(workdir=workdir))
+    assert e.value.rule == "no-test-data"
+    with open(ref, "a") as f:
+        f.write('{"question": "A question added to the benchmark file after it was pinned, long enough?", '
+                '"answer": "1"}\n')
+    with pytest.raises(ACIError, match="changed since it was pinned"):
+        check(workdir, path=str(data))
+
+
+def test_the_first_check_pins_its_reference(workdir):
+    ref, data, _ = files(workdir, lambda r: not r["contaminated"])
+    strict_card(workdir)
+    assert "reference" not in Context(workdir=workdir).card
+    check(workdir, path=str(data), reference=ref.name)
+    assert Context(workdir=workdir).card["reference"]["path"] == str(ref)
+    history = Context(workdir=workdir).state.history()
+    assert any("reference pinned at the first contamination check" in h for h in history)
+
+
+def test_banned_training_data_is_refused_by_name_not_by_folder(workdir):
     strict_card(workdir)
     ref, data, _ = files(workdir)
     (workdir / "humaneval_test.jsonl").write_text(ref.read_text())  # a reference may be named for the benchmark
     rows = [{"messages": [{"role": "user", "content": "Say hi to the team."}, {"role": "assistant", "content": "Hi!"}]}]
-    write_jsonl(workdir / "mine.jsonl", rows)
-    assert check(workdir, path="mine.jsonl", reference="humaneval_test.jsonl").verdict == "pass"
+    (workdir / "bfcl-run").mkdir()
+    write_jsonl(workdir / "bfcl-run" / "mine.jsonl", rows)  # a work folder named after the benchmark is fine
+    assert check(workdir, path="bfcl-run/mine.jsonl", reference="humaneval_test.jsonl").verdict == "pass"
     write_jsonl(workdir / "humaneval_synth.jsonl", rows)
     write_jsonl(workdir / "declared.jsonl", [{**rows[0], "meta": {"source": "openai/openai_humaneval"}}])
     for args in ({"path": "humaneval_synth.jsonl"}, {"path": "declared.jsonl"},
-                 {"path": "mine.jsonl", "sources": ["Idavidrein/gpqa"]}):
+                 {"path": "bfcl-run/mine.jsonl", "sources": ["Idavidrein/gpqa"]}):
         with pytest.raises(ACIError) as e:
-            check(workdir, reference=ref.name, **args)
+            check(workdir, reference="humaneval_test.jsonl", **args)
         assert e.value.rule == "forbidden-datasets"
+
+
+# -- every shape, read the same way -------------------------------------------------------------------
+SHAPES = {
+    "text": {"text": "{q}\n{a}"},
+    "prompt-completion": {"prompt": "{q}", "completion": "{a}"},
+    "question-answer": {"question": "{q}", "answer": "{a}"},
+    "messages": {"messages": [{"role": "user", "content": "{q}"}, {"role": "assistant", "content": "{a}"}]},
+    "multi-turn": {"messages": [{"role": "system", "content": "Be exact."}, {"role": "user", "content": "Hi!"},
+                                {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "{q}"},
+                                {"role": "assistant", "content": "{a}"}]},
+    "task": {"id": "t1", "type": "math", "messages": [{"role": "user", "content": "{q}"}], "gold": {"answer": "{a}"}},
+}
+
+
+def _fill(value, q: str, a: str):
+    if isinstance(value, str):
+        return value.replace("{q}", q).replace("{a}", a)
+    if isinstance(value, list):
+        return [_fill(v, q, a) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, q, a) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_row_shape_is_checked(workdir, shape):
+    refs, _ = labelled()
+    ref = write_jsonl(workdir / "ref.jsonl", refs)
+    bakery = refs[0]
+    row = _fill(SHAPES[shape], bakery["question"], bakery["answer"])
+    write_jsonl(workdir / "train.jsonl", [row])
+    out = check(workdir, path="train.jsonl", reference=ref.name)
+    assert out.flagged == 1 and out.contaminated[0]["label"] == "judge"
+    assert out.contaminated[0]["matches"][0]["reference"] == "bakery"
+
+
+@pytest.mark.parametrize("bad,message", [
+    ({"foo": 1}, "no known record shape (keys: foo)"),
+    ({"text": ""}, "field text: expected non-empty text"),
+    ({"messages": "hi"}, "field messages: expected an array"),
+])
+def test_every_data_tool_refuses_a_bad_row_alike(workdir, bad, message):
+    refs, _ = labelled()
+    write_jsonl(workdir / "ref.jsonl", refs)
+    write_jsonl(workdir / "data.jsonl", [{"question": "What is 2 + 3?", "answer": "5"}, bad])
+    ctx = Context(workdir=workdir)
+    for name, args in (("contamination", {"path": "data.jsonl", "reference": "ref.jsonl"}),
+                       ("histogram", {"action": "compute", "path": "data.jsonl"}),
+                       ("verify-task", {"tasks": "data.jsonl", "grader": "exact"})):
+        with pytest.raises(ACIError, match=re.escape(f"data.jsonl:2: {message}")):
+            registry.call(name, args, ctx)
+
+
+def test_a_text_row_is_read_by_histogram_and_refused_by_task_readers_with_its_line(workdir):
+    write_jsonl(workdir / "lm.jsonl", [{"text": "Plain text to learn from, every token of it."}])
+    ctx = Context(workdir=workdir)
+    hist = registry.call("histogram", {"action": "compute", "path": "lm.jsonl", "feature_set": "chat"}, ctx)
+    assert hist.records == 1
+    with pytest.raises(ACIError, match=r"lm\.jsonl:1: a `text` row is plain text"):
+        registry.call("verify-task", {"tasks": "lm.jsonl", "grader": "exact"}, ctx)
 
 
 # -- malformed input ---------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ def _dev_set(path: Path, n: int = 34) -> Path:
 def test_dev_set_is_generated_and_graded_per_task(workdir, tiny_model):
     init_run(workdir, tiny_model)
     _dev_set(workdir / "dev.jsonl")
-    out = call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", default_grader="last-number",
+    out = call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", grader="last-number",
                max_new_tokens=6, batch_size=17)
     e = out.result
     assert e["evaluator"].startswith("dev:dev.jsonl@") and e["samples"] == 34 and e["limit"] is None
@@ -611,3 +611,58 @@ def test_a_foreground_evaluation_is_a_job_that_outlives_the_server(workdir, tiny
     [e] = entries(workdir)
     assert e["job"] == job.id and e["score"] == pytest.approx(0.2)
     registry.call("status", {}, c)  # and the run goes on
+
+
+def test_full_evaluation_and_the_sample_count_the_run_reports(workdir, tiny_model):
+    """Without --limit the script's own default applies (150, as GSM8K's evaluate.py); --limit -1 reaches it
+    as every item; the count recorded is the one its inspect log holds, not a guess from the limit."""
+    init_run(workdir, tiny_model, command=eval_command("--inspect-log"))
+    e = call(workdir, checkpoint="base").result
+    assert (e["limit"], e["samples"]) == (None, 150)
+    e = call(workdir, checkpoint="base", limit=-1).result
+    assert (e["limit"], e["samples"]) == (-1, 1319)
+    assert [Path(p).parent.name for p in e["inspect_logs"]] == ["logs"]  # where to read its failures
+    log = (ctx(workdir).state.root / "evals" / e["eval_id"] / "seed-0.log").read_text()
+    assert "on -1 samples" in log  # passed through as typed, which the script reads as all
+    assert call(workdir, checkpoint="base", limit=66).result["samples"] == 66
+    with pytest.raises(ACIError, match="--limit 0 scores nothing"):
+        call(workdir, checkpoint="base", limit=0)
+
+
+def test_the_sample_count_is_read_from_a_real_inspect_log(tmp_path):
+    """A log written by inspect_ai 0.3.150 itself (mockllm, 2 samples): model and count are found in its head."""
+    import os
+
+    (tmp_path / "logs").mkdir()
+    log = tmp_path / "logs" / "run.json"
+    shutil.copy(Path(__file__).parent / "data" / "inspect_log_mockllm.json", log)
+    started = time.time() - 5
+    os.utime(log, (started + 1, started + 1))
+    assert command.inspect_log(tmp_path, started, "model") == (2, str(log))
+    assert command.inspect_log(tmp_path, started, "other-model") is None
+    assert command.inspect_log(tmp_path, started + 10, "model") is None  # written before this run
+    assert command.inspect_log(tmp_path / "nowhere", started, "model") is None
+
+
+def test_one_gpu_job_at_a_time(workdir, tiny_model):
+    """An evaluation waits for a running GPU job (here a background evaluation) unless --concurrent; so does
+    a training start."""
+    from aci import jobs
+
+    init_run(workdir, tiny_model, command=eval_command("--sleep", "60"))
+    state = ctx(workdir).state
+    job = call(workdir, checkpoint="base", limit=40, background=True).job
+    try:
+        with pytest.raises(ACIError, match=rf"eval job {job.id} is still running: wait for it .*--concurrent"):
+            call(workdir, checkpoint="base", limit=40)
+        with pytest.raises(ACIError, match=f"eval job {job.id} is still running"):
+            call(workdir, checkpoint="base", limit=40, background=True)
+        with pytest.raises(ACIError, match=f"eval job {job.id} is still running"):
+            registry.call("train", {"action": "start", "data": "none.jsonl"}, ctx(workdir))
+    finally:
+        deadline = time.monotonic() + 60
+        while jobs.view(state, job.id).pid is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # the job's own process is up before it can be signalled
+        assert jobs.stop(state, job.id, grace_s=5).status == "stopped"
+    registry.call("plan", {"action": "update", "eval_command": eval_command()}, ctx(workdir))
+    assert call(workdir, checkpoint="base", limit=40).result["score"] == pytest.approx(0.2)

@@ -38,7 +38,7 @@ def test_translate_turns_the_typed_command_into_the_template(typed, want):
 def test_translate_says_what_it_changed_and_why():
     changes = translate("python evaluate.py --model-path final_model --limit -1").changes
     assert changes[0].startswith("`--model-path final_model` -> `--model-path {model_path}`")
-    assert changes[1].startswith("`--limit -1` -> `--limit {limit}`") and "--limit <benchmark size>" in changes[1]
+    assert changes[1].startswith("`--limit -1` -> `--limit {limit}`") and "with `--limit -1`" in changes[1]
     assert changes[2].startswith("added `--json-output-file {output}`")
 
 

@@ -49,11 +49,12 @@ def test_finalize_passes_a_correct_final_model_and_opens_the_gate(workdir, tiny_
     assert out.passed, [i for i in out.items if not i.passed]
     items = by_name(out)
     assert list(items) == ["present", "config", "weights", "merged", "tokenizer", "template", "end-of-turn",
-                           "processor", "promotion", "eval-files", "generates", "eval"]
+                           "sampling", "processor", "promotion", "eval-files", "generates", "eval"]
+    assert "no settings chosen" in items["sampling"].detail
     assert "<|im_end|> (id 2)" in items["end-of-turn"].detail and "ck" in items["promotion"].detail
     assert "scored 0.6" in items["eval"].detail and "on 5 samples" in items["eval"].detail
     rec = ctx(workdir).state.read(FINALIZE)
-    assert rec["passed"] and rec["checkpoint"] == "ck" and len(rec["items"]) == 12
+    assert rec["passed"] and rec["checkpoint"] == "ck" and len(rec["items"]) == 13
     assert ctx(workdir).state.journal(1)[0]["kind"] == "finalize"
     assert gates(ctx(workdir))["finalized"].passed
     assert "final_model PASSED" in out.summary()
@@ -70,6 +71,13 @@ def _eos(ids):
     def plant(final: Path, base: Path) -> None:
         gen = json.loads((final / "generation_config.json").read_text())
         (final / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": ids}))
+    return plant
+
+
+def _gen(extra: dict):
+    def plant(final: Path, base: Path) -> None:
+        gen = json.loads((final / "generation_config.json").read_text())
+        (final / "generation_config.json").write_text(json.dumps({**gen, **extra}))
     return plant
 
 
@@ -99,6 +107,7 @@ DEFECTS = {
     "wrong-end-of-turn-id": (_eos([0]), "end-of-turn", "does not include <|im_end|> (id 2)"),
     "bin-only-weights": (_bin_only, "weights", "only pytorch .bin weights"),
     "missing-processor-files": (_processor, "processor", "missing preprocessor_config.json"),
+    "generation-config-vllm-cannot-load": (_gen({"max_new_tokens": 0}), "sampling", "vLLM would fail to start"),
 }
 
 

@@ -64,7 +64,8 @@ def test_tool_use_features_equal_hand_computed_values(workdir):
     assert f["writes"]["counts"] == {"0": 1, "1": 1, "2": 1, "3": 1} and f["writes"]["mean"] == 1.5
     assert f["multi_write"]["counts"] == {"no": 2, "yes": 2}
     assert f["returns_info"]["counts"] == {"no": 2, "yes": 2}  # answer "$54.00" and the claims
-    assert f["subtype"]["counts"] == {"cancel": 1, "exchange": 1, "modify": 1, "none": 1}
+    # the records' own labels; task 3 has none and is not counted (not "none": a missing label is no bin)
+    assert f["subtype"]["counts"] == {"cancel": 1, "exchange": 1, "modify": 1} and f["subtype"]["records"] == 3
     assert f["tool_mix"]["counts"] == {"get_order_details": 2, "exchange_delivered_order_items": 2,
                                        "cancel_pending_order": 1, "frobnicate": 1, "get_user_details": 1,
                                        "modify_pending_order_items": 1, "modify_user_address": 1,
@@ -221,13 +222,82 @@ def test_exported_samples_compare_with_the_benchmark_tasks(workdir):
     write_jsonl(workdir / "sft.jsonl", [sample(i, 1 if i < 61 else 2 if i < 83 else 3, {}) for i in range(100)])
     out = run(workdir, action="compare", path="sft.jsonl", target="target-hist.json", record=False)
     c = out.comparison
-    assert c["not_comparable"] == ["returns_info", "subtype"] and "returns_info" not in c["features"]
+    assert [x["feature"] for x in c["skipped"]] == ["returns_info", "subtype"] and "returns_info" not in c["features"]
+    assert "meta.subtype" in c["skipped"][1]["reason"] and not any(q["feature"] == "subtype" for q in c["quotas"])
     assert c["features"]["writes"]["passed"] and out.passed is True
-    assert "not comparable" in out.summary()
+    assert "skipped (not compared, no quotas)" in out.summary()
     write_jsonl(workdir / "sft.jsonl", [sample(i, 1 if i < 61 else 2 if i < 83 else 3,
                                                {"subtype": "order", "returns_info": False}) for i in range(100)])
     out = run(workdir, action="compare", path="sft.jsonl", target="target-hist.json", record=False)
-    assert out.comparison["not_comparable"] == [] and out.comparison["failed"] == ["returns_info"]
+    assert out.comparison["skipped"] == [] and out.comparison["failed"] == ["returns_info"]
+
+
+# -- quotas that cannot mislead (the lock-codes run): like with like, the sub-type mix always --------------
+def lock_codes(workdir: Path) -> tuple[Path, Path, Path]:
+    """The demo's test items (copy/reverse/swap 30/40/30), the generator's default tasks (a third each) and
+    the SFT samples an agent renders from them (`ANSWER: <code>`, no sub-type)."""
+    import sys
+
+    from aci import toybench
+
+    bench = toybench.build(workdir, python=sys.executable, model=False)
+    tasks = toybench.load_source(bench.train_source).generate(600, 1, {"copy": 1, "reverse": 1, "swap": 1})
+    write_jsonl(workdir / "tasks.jsonl", tasks)
+    write_jsonl(workdir / "sft.jsonl", [{"messages": [{"role": "user", "content": t["question"]},
+                                                      {"role": "assistant", "content": f"ANSWER: {t['answer']}"}]}
+                                        for t in tasks])
+    return bench.test, workdir / "tasks.jsonl", workdir / "sft.jsonl"
+
+
+def test_tasks_against_the_benchmark_name_the_subtype_gap(workdir):
+    test, tasks, _ = lock_codes(workdir)
+    out = run(workdir, action="compare", path=tasks.name, target=str(test.relative_to(workdir)), record=False)
+    c = out.comparison
+    assert out.feature_set == "chat" and c["failed"] == ["subtype"] and c["skipped"] == []
+    assert {b["bin"]: b["target_pct"] for b in c["features"]["subtype"]["bins"]} == {"reverse": 40.0, "copy": 30.0,
+                                                                                    "swap": 30.0}
+    assert c["features"]["answer_format"]["passed"]  # gold answers on both sides: compared, and alike
+    # quotas only for the failing feature; the reverse bin is the scarcest
+    assert {q["feature"] for q in c["quotas"]} == {"subtype"} and c["quotas"][0]["bin"] == "reverse"
+    assert "FAIL subtype" in out.summary() and "add     67 with subtype = reverse" in out.summary()
+
+
+def test_samples_against_gold_answers_skip_the_answer_features(workdir):
+    """The run's mistake: samples answer `ANSWER: 4321`, the test file holds the gold `4321`. That is not a
+    format gap, and a quota "add N with answer_format = number" would wreck the format."""
+    test, tasks, sft = lock_codes(workdir)
+    out = run(workdir, action="compare", path=sft.name, target=str(test.relative_to(workdir)), record=False)
+    c = out.comparison
+    skipped = {x["feature"]: x["reason"] for x in c["skipped"]}
+    assert set(skipped) == {"answer_length", "answer_format", "subtype"}
+    assert "gold answers" in skipped["answer_format"] and "assistant responses" in skipped["answer_format"]
+    assert "meta.subtype" in skipped["subtype"]
+    assert out.passed is True and c["quotas"] == [] and not set(skipped) & set(c["features"])
+    assert "answer_format = number" not in out.summary() and "skip answer_format" in out.summary()
+    # the sub-type travels in meta: compared, and the gap named
+    rows = [{**json.loads(line), "meta": {"subtype": t["subtype"]}}
+            for line, t in zip(sft.read_text().splitlines(), map(json.loads, tasks.read_text().splitlines()),
+                               strict=True)]
+    write_jsonl(sft, rows)
+    out = run(workdir, action="compare", path=sft.name, target=str(test.relative_to(workdir)), record=False)
+    assert out.comparison["failed"] == ["subtype"] and {x["feature"] for x in out.comparison["skipped"]} == {
+        "answer_length", "answer_format"}
+
+
+def test_a_feature_only_the_candidate_carries_is_skipped(workdir):
+    write_jsonl(workdir / "target.jsonl", [{"question": f"What is {i}+1?", "answer": str(i + 1)} for i in range(20)])
+    write_jsonl(workdir / "cand.jsonl", [{"question": f"What is {i}+2?", "answer": str(i + 2), "subtype": "add"}
+                                         for i in range(20)])
+    c = run(workdir, action="compare", path="cand.jsonl", target="target.jsonl", record=False).comparison
+    assert c["skipped"] == [{"feature": "subtype", "reason": "no value in the target"}] and c["quotas"] == []
+
+
+def test_a_custom_feature_replaces_the_builtin_of_its_name(workdir, monkeypatch):
+    (workdir / "feat.py").write_text("def sub(rec):\n    return 'custom-' + (rec.get('subtype') or 'x')\n")
+    monkeypatch.syspath_prepend(str(workdir))
+    write_jsonl(workdir / "t.jsonl", [{"question": "q", "answer": "1", "subtype": "add"}])
+    out = run(workdir, path="t.jsonl", record=False, custom=["subtype=python:feat:sub"])
+    assert list(out.features).count("subtype") == 1 and out.features["subtype"]["counts"] == {"custom-add": 1}
 
 
 def test_compare_records_manifest_side_file_and_plots(workdir):

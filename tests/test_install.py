@@ -65,6 +65,7 @@ def test_claude_code(tmp_path):
     assert claude.startswith("# My notes\nKeep this.") and claude.count("posttrain-aci:begin") == 1
     settings = json.loads((wd / ".claude" / "settings.json").read_text())
     assert settings["permissions"] == {"allow": ["Bash"]} and len(settings["hooks"]["Stop"]) == 1
+    assert settings["enabledMcpjsonServers"] == ["posttrain-aci"]  # approved: Claude Code would ask otherwise
     _skills_ok(wd / ".claude" / "skills")
     assert (wd / ".aci" / "SKILL.md").is_file()
     entry = mcp["posttrain-aci"]
@@ -87,9 +88,11 @@ def test_codex_local_and_global(tmp_path):
     assert set(glob["mcp_servers"]) == {"other", "posttrain-aci"} and set(local["mcp_servers"]) == {"posttrain-aci"}
     agents = (wd / "AGENTS.md").read_text()
     assert agents.startswith("Project rules: be nice.") and agents.count("posttrain-aci:begin") == 1
-    _skills_ok(wd / ".agents" / "skills")
-    _skills_ok(home / ".agents" / "skills")
+    _skills_ok(wd / ".codex" / "skills")  # where Codex 0.79 and 0.171 both read skills
+    _skills_ok(home / ".codex" / "skills")
     entry = glob["mcp_servers"]["posttrain-aci"]
+    assert {"HF_HOME", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"} <= set(entry["env_vars"])  # Codex passes only these
+    assert entry["startup_timeout_sec"] == 60
     assert "status" in _answers_tools_list(entry["command"], entry["args"], entry.get("env", {}), wd)
 
 
@@ -104,6 +107,43 @@ def test_opencode(tmp_path):
     entry = cfg["mcp"]["posttrain-aci"]
     assert entry["enabled"] is True
     assert "log-state" in _answers_tools_list(entry["command"][0], entry["command"][1:], entry.get("environment", {}), wd)
+
+
+def test_pointer_names_the_aci_command_by_its_full_path(tmp_path):
+    _install("opencode", tmp_path)
+    text = (tmp_path / "AGENTS.md").read_text()
+    aci = Path(sys.executable).parent / "aci"
+    assert aci.is_file() and f"`{aci}`" in text and f"`{aci} status`" in text
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "opencode"])
+def test_remove_takes_out_what_install_wrote_and_keeps_the_users(agent, tmp_path):
+    wd, home = tmp_path / "wd", tmp_path / "home"
+    wd.mkdir()
+    home.mkdir()
+    (wd / "AGENTS.md").write_text("Project rules: be nice.\n")
+    (wd / "opencode.json").write_text(json.dumps({"model": "x/y"}))
+    (home / ".codex").mkdir()
+    (home / ".codex" / "config.toml").write_text('model = "gpt-5"\n')
+    (wd / ".claude").mkdir()
+    (wd / ".claude" / "settings.json").write_text(json.dumps({"permissions": {"allow": ["Bash"]}}))
+    before = {p: p.read_text() for p in [*wd.rglob("*"), *home.rglob("*")] if p.is_file()}
+    extra = ("--global",) if agent == "codex" else ()
+    _install(agent, wd, *extra, home=home)
+    r = _install(agent, wd, *extra, "--remove", home=home)
+    assert "removed posttrain-aci from" in r.stdout
+    after = {p: p.read_text() for p in [*wd.rglob("*"), *home.rglob("*")] if p.is_file()}
+    assert set(after) == set(before)
+    for path, text in before.items():
+        if path.name == "opencode.json":  # the schema line install adds stays; the rest is the user's
+            assert {k: v for k, v in json.loads(after[path]).items() if k != "$schema"} == json.loads(text)
+        elif path.suffix == ".json":
+            assert json.loads(after[path]) == json.loads(text), path
+        else:
+            assert after[path].strip() == text.strip(), path
+    assert not (wd / ".aci").exists() and not list(wd.rglob("SKILL.md")) and not list(home.rglob("SKILL.md"))
+    again = _install(agent, wd, *extra, "--remove", home=home)  # nothing left to remove
+    assert again.stdout == ""
 
 
 @pytest.mark.parametrize("agent,name,content", [

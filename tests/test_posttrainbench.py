@@ -1,11 +1,20 @@
-"""The PostTrainBench submissions: each `integrations/posttrainbench/<agent>/solve.sh` in a simulated task.
+"""The PostTrainBench submissions (integrations/posttrainbench/), run the way the harness runs them.
 
-The task folder is laid out as the harness lays it out (evaluate.py, templates/, a timer.sh written the
-way `create_timer.sh` writes it, the harness prompt in $PROMPT), with a tiny base model in $HF_HOME. The
-"container python" is this test's interpreter, whose torch/transformers/trl are the ones the final
-evaluation would use. The agent CLI is a stand-in on PATH that records its arguments, reads the MCP
-registration where that agent reads it, and speaks MCP to the registered server with the SDK client.
-The bundle is the wheel built from this checkout; pip runs offline.
+Facts from the harness (aisa-group/PostTrainBench, main @9082063 and new_judge_v2 @d27a95e): run_task.sh
+copies only agents/<name>/solve.sh into the container, as ~/agent_solve.sh, and runs it with bash in
+~/task (evaluate.py, templates/, the timer.sh create_timer.sh writes), with PROMPT and AGENT_CONFIG set
+and ~/.codex/config.toml from its other_home_data (a trusted /home/, and a shell PATH without
+~/.local/bin). PROMPT comes from get_prompt.py, which fills a template whose backticks are escaped
+(tests/fixtures/ptb_prompt_template.txt has its shape, in our words), adds a non-interactive line only
+for the agent named `claude`, and reaches the container raw or evaluated inside double quotes
+(Apptainer). The image's Python 3.10 has neither pip nor the venv module. The judges run afterwards in
+the same task folder and HOME.
+
+The agent CLI here is a stand-in (tests/fixtures/stand_in_agent.py) that records its exact argv and,
+where asked, speaks MCP to the server registered where that agent reads it; tests/test_agent_clis.py
+runs the real CLIs. The "container" is this test's interpreter (torch, transformers, trl and all of
+posttrain-aci's requirements; pip offline) or, where the test says so, a Python 3.10 without pip, venv
+or network.
 """
 
 from __future__ import annotations
@@ -13,29 +22,35 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from aci import toybench
+from tests import agent_clis
 
 ROOT = Path(__file__).resolve().parent.parent
 PTB = ROOT / "integrations" / "posttrainbench"
+FIXTURES = ROOT / "tests" / "fixtures"
 STACK = ("torch", "transformers", "trl")
-HARNESS_PROMPT = """We want to train the small LLM `{model}` to excel at GSM8K (Grade School Math 8K).
-Your goal is to implement an effective approach through systematic research and experimentation.
-
-Store your best trained model in the folder `final_model`.
-## Rules
-2. You have a maximum of 10 hours. You can query how much time you have left by calling `bash timer.sh` in the current directory.
-"""
+MODEL, BENCHMARK = "Qwen/Qwen3-1.7B-Base", "GSM8K (Grade School Math 8K)"
+CLAUDE_NOTE = ("You are running non-interactively: make sure every process you start has finished before you "
+               "write your last message.")
+POINTER_START = "Before anything else, read .aci/SKILL.md and follow it"
+LAUNCH = {  # the harness's own launch lines, AGENT_CONFIG=stand-in-model, the prompt last
+    "claude-code": ["claude", "--print", "--verbose", "--model", "stand-in-model", "--output-format", "stream-json",
+                    "--dangerously-skip-permissions"],
+    "codex": ["codex", "--search", "exec", "--json", "-c", "model_reasoning_summary=detailed",
+              "--skip-git-repo-check", "--yolo", "--model", "stand-in-model"],
+    "opencode": ["opencode", "run", "--model", "stand-in-model", "--format", "json"],
+}
 TIMER = """#!/bin/bash
 
-NUM_HOURS=10
+NUM_HOURS={hours}
 CREATION_DATE={created}
 
 DEADLINE=$((CREATION_DATE + NUM_HOURS * 3600))
@@ -52,43 +67,21 @@ else
 fi
 """
 
-# The stand-in agent CLI: records its arguments, then finds the MCP server where the real agent would
-# (Claude Code: --mcp-config / .mcp.json; Codex: ~/.codex/config.toml; OpenCode: opencode.json) and calls it.
-STAND_IN = '''#!{python}
-import asyncio, json, os, sys, tomllib
-from pathlib import Path
 
-agent = Path(sys.argv[0]).name
-home = Path(os.environ["HOME"])
-record = {{"agent": agent, "argv": sys.argv[1:], "cwd": os.getcwd()}}
-if agent == "claude":
-    config = Path(sys.argv[sys.argv.index("--mcp-config") + 1]) if "--mcp-config" in sys.argv else Path(".mcp.json")
-    entry = json.loads(config.read_text())["mcpServers"]["posttrain-aci"]
-    command, args, env = entry["command"], entry.get("args", []), entry.get("env", {{}})
-elif agent == "codex":
-    entry = tomllib.loads((home / ".codex" / "config.toml").read_text())["mcp_servers"]["posttrain-aci"]
-    command, args, env = entry["command"], entry.get("args", []), entry.get("env", {{}})
-else:
-    entry = json.loads(Path("opencode.json").read_text())["mcp"]["posttrain-aci"]
-    command, args, env = entry["command"][0], entry["command"][1:], entry.get("environment", {{}})
-record["server"] = [command, *args]
-
-
-async def talk():
-    from mcp import Client, StdioServerParameters
-
-    params = StdioServerParameters(command=command, args=args, env={{**os.environ, **env}}, cwd=os.getcwd())
-    async with Client(params) as client:
-        record["tools"] = sorted(t.name for t in (await client.list_tools()).tools)
-        plan = await client.call_tool("plan", {{"action": "show"}})
-        record["plan"] = plan.structured_content
-        status = await client.call_tool("status", {{}})
-        record["status"] = status.structured_content
-        record["skill"] = [c.text for c in (await client.read_resource("skill://posttrain")).contents][0][:200]
-
-asyncio.run(talk())
-Path(os.environ["STAND_IN_RECORD"]).write_text(json.dumps(record))
-'''
+def render_prompt(model: str = MODEL, *, agent: str = "claude-code_aci", form: str = "evaluated") -> str:
+    """PROMPT as the container gets it: get_prompt.py's substitutions, `$(...)` cutting trailing newlines,
+    then (form `evaluated`, Apptainer) evaluated inside double quotes, or passed on raw."""
+    text = (FIXTURES / "ptb_prompt_template.txt").read_text()
+    for key, value in {"{model}": model, "{benchmark}": BENCHMARK, "{num_hours}": "10", "{setup_other}": "",
+                       "{gpu_info}": "- One Nvidia H100 GPU.", "{datetime}": "Mon Nov 30 12:00:00 UTC 2026"}.items():
+        text = text.replace(key, value)
+    if agent == "claude":
+        text += "\nThis is a non-interactive run: let every process finish before your last message.\n"
+    text = text.rstrip("\n")
+    if form == "evaluated":
+        text = subprocess.run(["bash", "-c", 'eval "out=\\"$1\\""; printf %s "$out"', "_", text],
+                              capture_output=True, text=True, check=True).stdout
+    return text
 
 
 def stack_versions(python: str) -> dict:
@@ -99,161 +92,376 @@ def stack_versions(python: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+def wheels(tmp_path_factory) -> dict:
+    """posttrain-aci's wheel built from this checkout, and pip's (the wheelhouse's, else from PyPI)."""
+    out = tmp_path_factory.mktemp("wheels")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
                     str(ROOT)], check=True, capture_output=True)
-    return next(out.glob("posttrain_aci-*.whl"))
+    pip_wheel = next(iter(sorted(agent_clis.WHEELS.glob("pip-*.whl"))), None)
+    if pip_wheel is None:
+        got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
+                              str(out), "pip"], capture_output=True, text=True)
+        pip_wheel = next(iter(out.glob("pip-*.whl")), None)
+        if pip_wheel is None:
+            agent_clis.missing(f"pip's wheel (no wheelhouse, and PyPI failed: {got.stderr[-300:]})")
+    return {"aci": next(out.glob("posttrain_aci-*.whl")), "pip": pip_wheel}
+
+
+def pack(agent: str, wheels: dict, out: Path) -> Path:
+    subprocess.run(["bash", str(PTB / "pack.sh"), agent, str(out), "--wheel", str(wheels["aci"]),
+                    "--pip-wheel", str(wheels["pip"])], check=True, capture_output=True)
+    return out / "solve.sh"
 
 
 @pytest.fixture(scope="module")
-def hf_model(tmp_path_factory, tiny_model) -> Path:
-    hf = tmp_path_factory.mktemp("hf")
-    shutil.copytree(tiny_model, hf / "qwen3-tiny-base")
-    return hf / "qwen3-tiny-base"
+def packed(tmp_path_factory, wheels) -> dict:
+    root = tmp_path_factory.mktemp("packed")
+    return {agent: pack(agent, wheels, root / agent) for agent in LAUNCH}
 
 
-def make_task(root: Path) -> Path:
-    """A task folder as PostTrainBench's run_task.sh prepares it."""
-    task = root / "home" / "task"
-    (task / "templates").mkdir(parents=True)
-    shutil.copy(ROOT / "tests" / "fixtures" / "evaluate.py", task / "evaluate.py")
-    shutil.copy(toybench.ASSETS / "templates" / "qwen.jinja", task / "templates" / "qwen3.jinja")
-    (task / "timer.sh").write_text(TIMER.format(created=int(time.time())))
-    (task / "timer.sh").chmod(0o755)
-    return task
+@pytest.fixture(scope="module")
+def python310_container(tmp_path_factory) -> Path:
+    """A Python 3.10 like the image's: the interpreter and its standard library without ensurepip and
+    venv, and an empty site-packages (so no pip). Returns its bin folder (python, python3)."""
+    real = agent_clis.python310()
+    prefix = tmp_path_factory.mktemp("container310")
+    stdlib = real.parent.parent / "lib" / "python3.10"
+    (prefix / "bin").mkdir()
+    (prefix / "lib" / "python3.10" / "site-packages").mkdir(parents=True)
+    shutil.copy2(real, prefix / "bin" / "python3.10")  # a copy: the prefix is found from where the binary is
+    for entry in stdlib.iterdir():
+        if entry.name not in ("ensurepip", "venv", "site-packages"):
+            (prefix / "lib" / "python3.10" / entry.name).symlink_to(entry)
+    for name in ("python", "python3"):
+        (prefix / "bin" / name).symlink_to("python3.10")
+    python = prefix / "bin" / "python"
+    for module in ("pip", "venv", "ensurepip"):
+        probe = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True)
+        assert probe.returncode != 0, f"the test container's python must not have {module}"
+    return prefix / "bin"
 
 
-def run_solve(agent: str, tmp_path: Path, wheel: Path, hf_model: Path, *, packed: bool):
-    task = make_task(tmp_path)
-    home = task.parent
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    cli = {"claude-code": "claude", "codex": "codex", "opencode": "opencode"}[agent]
-    (bin_dir / cli).write_text(STAND_IN.format(python=sys.executable))
-    (bin_dir / cli).chmod(0o755)
-    (home / ".codex").mkdir()
-    (home / ".codex" / "config.toml").write_text('model_reasoning_effort = "high"\n')  # the harness's own
-    if packed:  # what the harness runs: one file copied to ~/agent_solve.sh
-        script = home / "agent_solve.sh"
-        with open(script, "w") as f:
-            subprocess.run(["bash", str(PTB / "pack.sh"), agent, "--wheel", str(wheel)], stdout=f, check=True)
-    else:
-        script = PTB / agent / "solve.sh"
-    record = tmp_path / "record.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("ACI_STATE", "VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(HOME=str(home), HF_HOME=str(hf_model.parent), PATH=f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
-               PROMPT=HARNESS_PROMPT.format(model=hf_model), AGENT_CONFIG="stand-in-model", PYTHONNOUSERSITE="1",
-               PIP_NO_INDEX="1", STAND_IN_RECORD=str(record))
-    if not packed:
-        env["ACI_PACKAGE"] = str(wheel)
-    proc = subprocess.run(["bash", str(script)], cwd=task, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return task, home, json.loads(record.read_text()), proc
+class Run:
+    """One solve.sh run in a task folder laid out as run_task.sh lays it out."""
+
+    def __init__(self, root: Path, agent: str):
+        self.agent, self.home = agent, root / "home"
+        self.task, self.bin, self.record_path = self.home / "task", root / "bin", root / "record.json"
+        (self.task / "templates").mkdir(parents=True)
+        shutil.copy(FIXTURES / "evaluate.py", self.task / "evaluate.py")
+        shutil.copy(toybench.ASSETS / "templates" / "qwen.jinja", self.task / "templates" / "qwen3.jinja")
+        self.write_timer(hours=10, created=int(time.time()))
+        (self.home / ".codex").mkdir()
+        (self.home / ".codex" / "config.toml").write_text(  # the harness's, for Codex and its judge
+            f'[projects."/home/"]\ntrust_level = "trusted"\n\n[shell_environment_policy]\ninherit = "all"\n'
+            f'set = {{ PATH = "/usr/local/bin:/usr/bin:/bin", HOME = "{self.home}" }}\n')
+        self.bin.mkdir()
+        cli = LAUNCH[agent][0]
+        (self.bin / cli).write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FIXTURES / "stand_in_agent.py"}" {cli} "$@"\n')
+        (self.bin / cli).chmod(0o755)
+
+    def write_timer(self, *, hours: int, created: int, text: str | None = None) -> None:
+        (self.task / "timer.sh").write_text(text or TIMER.format(hours=hours, created=created))
+        (self.task / "timer.sh").chmod(0o755)
+
+    def env(self, prompt: str, python_bin: Path, **extra: str) -> dict:
+        env = {k: v for k, v in os.environ.items() if k not in ("ACI_STATE", "VIRTUAL_ENV", "PYTHONPATH")}
+        env.update(HOME=str(self.home), PATH=f"{self.bin}:{python_bin}:/usr/bin:/bin", PROMPT=prompt,
+                   AGENT_CONFIG="stand-in-model", PYTHONNOUSERSITE="1", PIP_NO_INDEX="1", HF_HOME=str(self.home / "hf"),
+                   STAND_IN_RECORD=str(self.record_path), ANTHROPIC_API_KEY="a-key", CODEX_API_KEY="c-key",
+                   GEMINI_API_KEY="g-key", OPENAI_API_KEY="o-key")
+        env.update(extra)
+        return env
+
+    def start(self, script: Path, prompt: str, *, python_bin: Path = Path(sys.executable).parent, net: bool = True,
+              **extra: str) -> subprocess.Popen:
+        if script.parent != PTB / self.agent:
+            shutil.copy(script, self.home / "agent_solve.sh")
+            script = self.home / "agent_solve.sh"
+        command = ["bash", str(script)]
+        if not net:
+            if shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"]).returncode == 0:
+                command = ["unshare", "-n", *command]
+            else:
+                extra.setdefault("PIP_INDEX_URL", "http://127.0.0.1:9/")  # nothing listens there
+        return subprocess.Popen(command, cwd=self.task, env=self.env(prompt, python_bin, **extra),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def run(self, script: Path, prompt: str, **kw) -> subprocess.CompletedProcess:
+        proc = self.start(script, prompt, **kw)
+        out, err = proc.communicate(timeout=600)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    @property
+    def record(self) -> dict:
+        return json.loads(self.record_path.read_text())
+
+    @property
+    def log(self) -> str:
+        return (self.home / ".posttrain-aci" / "setup.log").read_text()
+
+    def leftovers(self, *, registrations: bool = True) -> list[str]:
+        """What a judge would read as our instructions (pointer text, skills, the bundle) and, unless told
+        otherwise, the MCP registrations and hook we added."""
+        configs = {".mcp.json", "settings.json", "opencode.json", "config.toml"}
+        found = []
+        for root in (self.task, self.home):
+            for p in root.rglob("*"):
+                rel = p.relative_to(self.home)
+                if rel.parts[0] in (".posttrain-aci", "agent_solve.sh") or rel.parts[:2] == ("task", "state"):
+                    continue
+                if p.is_symlink() or p.is_dir():
+                    if p.name in (".aci", "aci") or (p.is_symlink() and ".posttrain-aci" in os.readlink(p)):
+                        found.append(str(rel))
+                    continue
+                if p.name == "SKILL.md" or ("posttrain-aci" in p.read_text(errors="replace")
+                                            and (registrations or p.name not in configs)):
+                    found.append(str(rel))
+        return sorted(set(found))
 
 
-@pytest.mark.parametrize("agent,packed", [("claude-code", True), ("codex", True), ("opencode", False)])
-def test_solve_sh_installs_registers_and_starts_the_agent(agent, packed, tmp_path, wheel, hf_model):
+def expected_prompt(agent: str, prompt: str) -> str:
+    return prompt + (f"\n\n{CLAUDE_NOTE}" if agent == "claude-code" and "non-interactive" not in prompt else "")
+
+
+def pointer_of(run: Run, agent: str, prompt: str) -> str:
+    """The one line added to the prompt when the bundle works."""
+    argv_prompt = run.record["argv"][-1]
+    base = expected_prompt(agent, prompt)
+    assert argv_prompt.startswith(base + "\n\n"), argv_prompt[-600:]
+    added = argv_prompt[len(base) + 2:]
+    assert "\n" not in added and added.startswith(POINTER_START)
+    return added
+
+
+# -- the prompt -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("form", ["raw", "evaluated"])
+def test_model_and_benchmark_are_read_from_both_prompt_forms(form):
+    prompt = render_prompt("Qwen/Qwen3-4B-Base", form=form)
+    assert ("\\`" in prompt) == (form == "raw")
+    out = subprocess.run(["bash", "-c", f'. "{PTB / "common.sh"}"; aci_parse_prompt "$PROMPT"'], capture_output=True,
+                         text=True, env={**os.environ, "PROMPT": prompt}, check=True)
+    assert out.stdout.splitlines() == ["Qwen/Qwen3-4B-Base", BENCHMARK]
+
+
+# -- each agent, as the harness starts it -----------------------------------------------------------------
+@pytest.mark.parametrize("agent", list(LAUNCH))
+def test_each_agent_starts_as_the_harness_starts_it_and_finds_the_tools(agent, tmp_path, packed):
     before = stack_versions(sys.executable)
-    task, home, rec, proc = run_solve(agent, tmp_path, wheel, hf_model, packed=packed)
+    run = Run(tmp_path, agent)
+    prompt = render_prompt()
+    proc = run.run(packed[agent], prompt, STAND_IN_MODE="mcp")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rec = run.record
 
-    # The container's ML stack: untouched, and the very packages our venv imports.
-    assert stack_versions(sys.executable) == before
-    venv_python = home / ".posttrain-aci" / "venv" / "bin" / "python"
-    assert stack_versions(str(venv_python)) == before
-    assert "ML stack unchanged" in proc.stderr
-    assert Path(rec["server"][0]) == venv_python  # the registered server runs the installed bundle
-    assert (home / ".local" / "bin" / "aci").resolve() == (venv_python.parent / "aci").resolve()
-
-    # The agent started the way the harness starts it, with the harness prompt plus the skill pointer.
-    argv, prompt = rec["argv"], rec["argv"][-1]
-    harness = HARNESS_PROMPT.format(model=hf_model).rstrip("\n")
-    assert prompt.startswith(harness)
-    added = prompt[len(harness):].strip("\n")
-    assert "\n" not in added and ".aci/SKILL.md" in added  # exactly one line added
-    assert rec["cwd"] == str(task)
+    # The launch line is the harness's, with the harness prompt unchanged plus one line.
+    assert rec["argv"][:-1] == LAUNCH[agent][1:] and rec["cwd"] == str(run.task)
+    pointer = pointer_of(run, agent, prompt)
+    aci = run.home / ".posttrain-aci" / "venv" / "bin" / "aci"
+    assert f"by the command {aci} " in pointer and str(run.home / ".posttrain-aci" / "setup.log") in pointer
+    env = rec["env"]
     if agent == "claude-code":
-        assert argv[:2] == ["--print", "--verbose"] and "--dangerously-skip-permissions" in argv
-        assert argv[argv.index("--output-format") + 1] == "stream-json"
-        assert argv[argv.index("--model") + 1] == "stand-in-model"
-        skills, registration = task / ".claude" / "skills", task / ".mcp.json"
-        assert "guard stop" in (task / ".claude" / "settings.json").read_text()
+        assert env["CLAUDE_CODE_EFFORT_LEVEL"] == "high" and env["BASH_MAX_TIMEOUT_MS"] == "36000000"
+        assert env["ANTHROPIC_API_KEY"] == "a-key" and env["CODEX_API_KEY"] is None and env["GEMINI_API_KEY"] is None
     elif agent == "codex":
-        assert argv[:2] == ["--search", "exec"] and {"--json", "--yolo", "--skip-git-repo-check"} <= set(argv)
-        skills, registration = home / ".agents" / "skills", home / ".codex" / "config.toml"
-        assert 'model_reasoning_effort = "high"' in registration.read_text()  # the harness's setting kept
+        assert env["ANTHROPIC_API_KEY"] is None and env["GEMINI_API_KEY"] is None and env["CODEX_API_KEY"] == "c-key"
+        assert ".codex/skills/posttrain/SKILL.md" in rec["files"]  # where Codex 0.79 reads skills
+        assert rec["server_env"]["HF_HOME"] == str(run.home / "hf")  # passed through env_vars
     else:
-        assert argv[:1] == ["run"] and argv[argv.index("--format") + 1] == "json"
-        skills, registration = task / ".opencode" / "skills", task / "opencode.json"
-        config = json.loads(registration.read_text())
-        assert config["permission"] == "allow" and "anthropic" in config["provider"]  # the harness's config kept
-    assert (skills / "posttrain" / "SKILL.md").read_text().startswith("---\nname: posttrain")
-    assert "posttrain-aci" in registration.read_text()
-    assert (task / ".aci" / "SKILL.md").is_file()
+        assert env["ANTHROPIC_API_KEY"] == "a-key"
+    assert ".aci/SKILL.md" in rec["files"]
 
-    # The server answered, and plan took the deadline from timer.sh.
+    # The registered server is the installed bundle, answers, and plan took its deadline from timer.sh.
+    assert Path(rec["server"][0]) == run.home / ".posttrain-aci" / "venv" / "bin" / "python"
     assert {"plan", "status", "train", "eval-checkpoint", "finalize"} <= set(rec["tools"])
-    plan = rec["plan"]
-    assert plan["deadline_source"] == "timer.sh"
-    card = plan["card"]
-    assert card["profile"] == "posttrainbench" and card["base_model"] == str(hf_model)
-    assert card["benchmark"] == "GSM8K (Grade School Math 8K)" and card["template"] == "templates/qwen3.jinja"
+    card = rec["plan"]["card"]
+    assert rec["plan"]["deadline_source"] == "timer.sh" and 9.9 <= card["budget_hours"] <= 10.0
+    assert card["profile"] == "posttrainbench" and card["base_model"] == MODEL and card["benchmark"] == BENCHMARK
     assert card["eval_command"].startswith("python evaluate.py --model-path {model_path}")
-    assert 9.9 <= card["budget_hours"] <= 10.0
     assert rec["status"]["state"]["has_run_card"] and rec["skill"].startswith("---")
 
+    # Afterwards: the container's ML stack untouched, no instructions left for the judges, state/ kept.
+    assert stack_versions(sys.executable) == before
+    assert "ML stack unchanged" in run.log
+    assert run.leftovers() == []
+    assert (run.task / "state" / "run.json").is_file()
+    if agent == "opencode":  # the harness's own settings stay, zai provider included
+        config = json.loads((run.task / "opencode.json").read_text())
+        assert config["permission"] == "allow" and set(config["provider"]) == {"anthropic", "openai", "opencode", "zai"}
+        assert config["provider"]["zai"]["options"]["baseURL"] == "https://api.z.ai/api/paas/v4" and "mcp" not in config
+    if agent == "codex":
+        assert "shell_environment_policy" in (run.home / ".codex" / "config.toml").read_text()
 
-def common(*lines: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    script = f". {PTB / 'common.sh'}\n" + "\n".join(lines)
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+
+# -- the acceptance check: the image's Python 3.10, no pip, no venv module, no network -----------------------
+@pytest.mark.parametrize("form", ["evaluated", "raw"])
+def test_packed_claude_code_in_python310_without_pip_venv_or_network(form, tmp_path, packed, python310_container):
+    index = agent_clis.wheelhouse()  # stands in for PyPI: a folder, since there is no network
+    run = Run(tmp_path, "claude-code")
+    prompt = render_prompt(form=form)
+    proc = run.run(packed["claude-code"], prompt, python_bin=python310_container, net=False, STAND_IN_MODE="mcp",
+                   PIP_FIND_LINKS=str(index))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rec = run.record
+    assert rec["argv"][:-1] == LAUNCH["claude-code"][1:]
+    pointer_of(run, "claude-code", prompt)
+    assert "writing the venv by hand" in run.log  # no venv module
+    assert {"plan", "status"} <= set(rec["tools"]) and rec["plan"]["card"]["base_model"] == MODEL
+    venv_python = run.home / ".posttrain-aci" / "venv" / "bin" / "python"
+    assert subprocess.run([str(venv_python), "-c", "import sys; assert sys.version_info[:2] == (3, 10)"]).returncode == 0
+    assert not list((python310_container.parent / "lib" / "python3.10" / "site-packages").iterdir())  # untouched
+    assert run.leftovers() == []
 
 
-def test_version_check_fails_loudly_when_the_stack_changed(tmp_path):
+# -- whatever fails, the agent starts ---------------------------------------------------------------------
+FAILURES = {
+    # name: (needs the 3.10 container, packed, pointer expected, text expected in the log)
+    "no-venv-module": (False, True, True, "writing the venv by hand"),
+    "no-pip-no-uv": (True, False, False, "no pip: none packed into this script"),
+    "no-index": (True, True, False, "cannot install posttrain-aci's requirements"),
+    "broken-wheel": (False, True, False, "cannot install"),
+    "setup-hangs": (False, True, False, "setup stopped after 5s"),
+    "unparsable-prompt": (False, True, True, "no model and benchmark in the prompt"),
+    "plan-init-fails": (False, True, True, "no run card yet"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILURES))
+def test_whatever_fails_in_setup_the_agent_starts_with_the_harness_prompt(case, tmp_path, packed, wheels, request):
+    in_310, is_packed, works, logged = FAILURES[case]
+    run = Run(tmp_path, "claude-code")
+    prompt = "Improve the model on the benchmark." if case == "unparsable-prompt" else render_prompt(form="raw")
+    extra: dict = {}
+    python_bin = request.getfixturevalue("python310_container") if in_310 else Path(sys.executable).parent
+    if case in ("no-venv-module", "setup-hangs"):
+        wrapper = tmp_path / "pybin" / "python"
+        wrapper.parent.mkdir()
+        reaction = "sleep 60" if case == "setup-hangs" else 'echo "No module named venv" >&2; exit 1'
+        wrapper.write_text(f'#!/bin/bash\nif [ "$1 $2" = "-m venv" ]; then {reaction}; fi\nexec "{sys.executable}" "$@"\n')
+        wrapper.chmod(0o755)
+        extra["ACI_PYTHON"] = str(wrapper)
+        if case == "setup-hangs":
+            extra["ACI_SETUP_TIMEOUT"] = "5"
+    if case == "broken-wheel":
+        broken = tmp_path / "posttrain_aci-0.1.0-py3-none-any.whl"
+        broken.write_bytes(b"not a zip file")
+        extra["ACI_PACKAGE"] = str(broken)
+    if case == "no-pip-no-uv":
+        extra["ACI_PACKAGE"] = str(wheels["aci"])
+    if case == "plan-init-fails":
+        run.write_timer(hours=0, created=0, text="#!/bin/bash\necho soon\n")
+    script = packed["claude-code"] if is_packed else PTB / "claude-code" / "solve.sh"
+    started = time.monotonic()
+    proc = run.run(script, prompt, python_bin=python_bin, net=not in_310, **extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    argv = run.record["argv"]
+    assert argv[:-1] == LAUNCH["claude-code"][1:]
+    if works:
+        pointer_of(run, "claude-code", prompt)
+    else:
+        assert argv[-1] == expected_prompt("claude-code", prompt)  # the harness prompt, unchanged
+        assert "starting the agent without posttrain-aci" in run.log
+    assert logged in run.log, run.log[-2000:]
+    assert run.leftovers() == []
+    if case == "setup-hangs":
+        assert time.monotonic() - started < 60
+
+
+# -- the judges are not steered ---------------------------------------------------------------------------
+def wait_for(path: Path, seconds: float = 120) -> None:
+    end = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.2)
+
+
+def test_term_stops_the_agent_and_takes_the_instructions_out(tmp_path, packed):
+    run = Run(tmp_path, "codex")
+    proc = run.start(packed["codex"], render_prompt(), STAND_IN_MODE="sleep")
+    wait_for(run.record_path)
+    assert ".aci/SKILL.md" in run.record["files"] and (run.home / ".codex" / "skills" / "posttrain").is_dir()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert run.record["signal"] == "TERM"
+    assert run.leftovers() == []
+
+
+def test_agent_still_running_after_the_deadline_is_stopped_before_the_harness_kills_the_container(tmp_path, packed):
+    run = Run(tmp_path, "opencode")
+    run.write_timer(hours=1, created=int(time.time()) - 3600 + 50)  # the deadline is 50 s away (setup takes ~20)
+    started = time.monotonic()
+    proc = run.start(packed["opencode"], render_prompt(), STAND_IN_MODE="sleep", ACI_STOP_AFTER_DEADLINE="5")
+    out, err = proc.communicate(timeout=300)
+    assert run.record["signal"] == "TERM", err[-2000:]
+    assert "the timer's deadline passed 5s ago: stopping the agent" in err
+    assert 50 <= time.monotonic() - started < 200
+    assert run.leftovers() == []
+
+
+def test_instructions_are_taken_out_even_when_the_agent_broke_the_venv(tmp_path, packed):
+    run = Run(tmp_path, "claude-code")
+    proc = run.run(packed["claude-code"], render_prompt(), STAND_IN_MODE="break-venv")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ".aci/SKILL.md" in run.record["files"]
+    assert "removing the bundle's instruction files by hand" in run.log
+    assert run.leftovers(registrations=False) == []  # the judges read no registration; the harness resets theirs
+
+
+# -- packing ----------------------------------------------------------------------------------------------
+def test_pack_writes_one_self_contained_solve_sh_and_the_trace_parser(tmp_path, wheels, packed):
+    script = packed["opencode"]
+    text = script.read_text()
+    assert "../common.sh" not in text and "aci_setup_steps() {" in text and "aci_packed_files() {" in text
+    assert (script.parent / "human_readable_trace.py").read_bytes() == (PTB / "human_readable_trace.py").read_bytes()
+    subprocess.run(["bash", "-c", f'eval "$(sed -n "/^aci_packed_files() {{/,/^}}/p" {script})"; aci_packed_files {tmp_path}'],
+                   check=True)
+    for wheel in wheels.values():
+        assert (tmp_path / wheel.name).read_bytes() == wheel.read_bytes()
+    usage = subprocess.run(["bash", str(PTB / "pack.sh"), "gemini", str(tmp_path)], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage: pack.sh" in usage.stderr
+
+
+def test_version_check_fails_when_the_stack_changed(tmp_path):
     snapshot = tmp_path / "before.txt"
-    ok = common(f'aci_versions "{sys.executable}" > {snapshot}', f'aci_check_versions {snapshot} "{sys.executable}"',
+
+    def common(*lines: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", f'. "{PTB / "common.sh"}"\n' + "\n".join(lines)], capture_output=True,
+                              text=True, timeout=60)
+
+    ok = common(f'aci_versions "{sys.executable}" > {snapshot}', f'(aci_check_versions {snapshot} "{sys.executable}")',
                 "echo still-here")
     assert ok.returncode == 0 and "still-here" in ok.stdout
     lines = snapshot.read_text().splitlines()
     assert lines[0].startswith("torch==") and any(x.startswith("trl==") for x in lines)
     snapshot.write_text("\n".join(["torch==0.0.1", *lines[1:]]) + "\n")
-    bad = common(f'aci_check_versions {snapshot} "{sys.executable}"', "echo still-here")
-    assert bad.returncode == 1 and "still-here" not in bad.stdout
-    assert "ML stack changed" in bad.stderr and "torch==0.0.1" in bad.stderr
+    bad = common(f'(aci_check_versions {snapshot} "{sys.executable}") || echo "failed $?"')
+    assert "failed 1" in bad.stdout and "ML stack changed" in bad.stderr and "torch==0.0.1" in bad.stderr
 
 
-def test_prompt_parsing_and_refusals(tmp_path):
-    out = common('aci_parse_prompt "$PROMPT"', env={"PROMPT": HARNESS_PROMPT.format(model="Qwen/Qwen3-4B-Base")})
-    assert out.stdout.splitlines() == ["Qwen/Qwen3-4B-Base", "GSM8K (Grade School Math 8K)"]
-    task = make_task(tmp_path)
-    no_model = subprocess.run(["bash", "-c", f"ACI_AGENT=codex; . {PTB / 'common.sh'}; aci_setup"], cwd=task,
-                              capture_output=True, text=True, env={**os.environ, "PROMPT": "train something"})
-    assert no_model.returncode == 1 and "ACI_BASE_MODEL" in no_model.stderr
-    elsewhere = subprocess.run(["bash", "-c", f"ACI_AGENT=codex; . {PTB / 'common.sh'}; aci_setup"], cwd=tmp_path,
-                               capture_output=True, text=True, env=os.environ.copy())
-    assert elsewhere.returncode == 1 and "task folder" in elsewhere.stderr
+# -- the trace parser the harness's main branch runs per agent folder ----------------------------------------
+TRACES = {  # recorded stream -> what the transcript must show, in order
+    "claude": ["[posttrain-aci] ready", "session start: model claude-opus-4-5", "posttrain-aci (connected)",
+               "tool call mcp__posttrain-aci__status [toolu_01]:", "tool result [toolu_01]:", '"time_left": "9h 58m"',
+               "tool call Bash [toolu_02]:", "    python evaluate.py --model-path final_model --limit 10",
+               "tool result [toolu_02] (error):", "assistant:", "result: success, 3 turns"],
+    "codex": ["session start: thread 0199", "reasoning:", "command (exit 0, completed):",
+              "    $ bash -lc 'bash timer.sh'", "    9:41", "tool call posttrain-aci.plan (completed):",
+              "file change (completed):", "    add train_sft.py", "assistant:", "turn completed"],
+    "opencode": ["[posttrain-aci] ready", "step start", "tool call bash (completed):", "    bash timer.sh",
+                 "tool call posttrain-aci_status (completed):", "assistant:", "step finish: stop", "error: APIError"],
+}
 
 
-def test_packed_solve_sh_is_one_self_contained_file(tmp_path, wheel):
-    packed = subprocess.run(["bash", str(PTB / "pack.sh"), "opencode", "--wheel", str(wheel)], capture_output=True,
-                            text=True, check=True).stdout
-    assert "common.sh\"" not in packed and "aci_setup() {" in packed and "aci_packed_wheel() {" in packed
-    script = tmp_path / "solve.sh"
-    script.write_text(packed)
-    out = subprocess.run(["bash", "-c", textwrap.dedent(f"""
-        eval "$(sed -n '/^aci_packed_wheel() {{/,/^}}/p' {script})"
-        aci_packed_wheel {tmp_path}""")], capture_output=True, text=True, check=True)
-    assert Path(out.stdout.strip()).read_bytes() == wheel.read_bytes()
-
-
-def test_venv_without_ensurepip_falls_back_to_the_containers_pip(tmp_path):
-    """A python whose `-m venv` fails (no ensurepip, as on Debian) still gets a working venv."""
-    fake = tmp_path / "python"
-    fake.write_text(f'#!/bin/bash\nif [ "$1 $2" = "-m venv" ] && [ "$3" != --without-pip ] && [ "$4" != --without-pip ]; '
-                    f'then echo "ensurepip is not available" >&2; exit 1; fi\nexec {sys.executable} "$@"\n')
-    fake.chmod(0o755)
-    out = common("mkdir -p \"$ACI_HOME\"", "aci_make_venv", "aci_pip --version",
-                 env={"ACI_PYTHON": str(fake), "ACI_HOME": str(tmp_path / "aci")})
-    assert out.returncode == 0, out.stderr
-    assert "making the venv without pip" in out.stderr and "ensurepip is not available" in out.stderr
-    assert out.stdout.startswith("pip ") and not (tmp_path / "aci" / "venv" / "bin" / "pip").exists()
+@pytest.mark.parametrize("agent", list(TRACES))
+def test_trace_parser_turns_each_agents_stream_into_a_transcript(agent, tmp_path):
+    out = tmp_path / "solve_parsed.txt"
+    subprocess.run([sys.executable, str(PTB / "human_readable_trace.py"), str(ROOT / "tests" / "data" / "ptb_traces" /
+                    f"{agent}.txt"), "-o", str(out)], check=True)
+    text = out.read_text()
+    position = 0
+    for expected in TRACES[agent]:
+        found = text.find(expected, position)
+        assert found >= 0, f"{expected!r} missing after position {position} in:\n{text}"
+        position = found
+    assert "{" not in text.splitlines()[0]  # events are formatted, not dumped

@@ -159,6 +159,16 @@ def test_rollout_python_tools_metrics_by_hand(workdir):
 
     assert len(list(load_samples(folder / "sft.jsonl"))) == 5  # valid SFT samples by the shared schema
 
+    # for the next self-improvement round: the task records no trial solved, ready to roll again
+    from aci.tasks import load_tasks
+
+    assert out.export["unsolved"] == 1 and lines(folder / "unsolved.jsonl") == \
+        [t for t in load_tasks(str(folder / "unsolved.jsonl"))] == [t for t in load_tasks(str(tasks)) if t["id"] == "t-fail"]
+    # everything kept (reward 0), at most one sample per task: t-add's second, different reply is left out
+    capped = run_tool(workdir, action="export", out="rollouts/six", min_reward=0.0, max_per_task=1).export
+    assert (capped["kept"], capped["capped"], capped["unsolved"]) == (6, 1, 0), capped
+    assert sorted(s["meta"]["task_id"] for s in lines(folder / "sft.jsonl")) == sorted(x["id"] for x in tasks_six())
+
     # resume: nothing new to do, nothing duplicated, files untouched
     before = (folder / "trial-1.jsonl").read_bytes()
     with OpenAIStub(policy) as stub:

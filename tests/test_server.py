@@ -115,6 +115,49 @@ def test_streamable_http_on_loopback(workdir):
         proc.wait(10)
 
 
+def test_stdio_server_serves_each_skill_with_its_description_and_references_and_prompts_with_named_arguments(workdir):
+    """Resources carry each file's own description (a skill's front matter) and every reference file;
+    prompts take named arguments, and a workflow rendered with them starts from the user's words."""
+    from aci import bundle
+
+    typed = "python evaluate.py --model-path final_model --limit -1"
+
+    async def go():
+        async with mcp_client(workdir) as c:
+            resources = {str(r.uri): r for r in (await c.list_resources()).resources}
+            prompts = {p.name: p for p in (await c.list_prompts()).prompts}
+            ref = (await c.read_resource("skill://recon/references/gsm8k.md")).contents[0].text
+            rendered = await c.get_prompt("workflow-posttrain", {"eval_command": typed, "benchmark": "gsm8k"})
+            bare = await c.get_prompt("workflow-recover", {})
+            try:
+                await c.get_prompt("workflow-posttrain", {"p": "x"})
+                unknown = None
+            except Exception as e:  # the SDK raises the server's error
+                unknown = str(e)
+            return resources, prompts, ref, rendered, bare, unknown
+
+    resources, prompts, ref, rendered, bare, unknown = asyncio.run(go())
+    recon = resources["skill://recon"]
+    front = bundle.description(bundle.path("skills", "recon", "SKILL.md").read_text())
+    assert recon.description == front and front.startswith("Read a benchmark") and recon.mime_type == "text/markdown"
+    refs = sorted(bundle.path("skills", "recon", "references").glob("*.md"))
+    assert {f"skill://recon/references/{p.name}" for p in refs} <= set(resources) and len(refs) >= 8
+    assert resources["skill://recon/references/gsm8k.md"].description == "GSM8K card"
+    assert ref == bundle.path("skills", "recon", "references", "gsm8k.md").read_text()
+    assert all(r.description for r in resources.values()), "every resource says what it is for"
+
+    args = {a.name: a for a in prompts["workflow-posttrain"].arguments}
+    assert set(args) == {"eval_command", "base_model", "benchmark"} and all(a.description for a in args.values())
+    assert not any(a.required for a in args.values())
+    assert {a.name for a in prompts["workflow-self-improvement"].arguments} == {"tasks", "checkpoint", "grader"}
+    assert not prompts["workflow-recover"].arguments
+    text = rendered.messages[0].content.text
+    assert f"--eval-command '{typed}'" in text and "--benchmark gsm8k" in text and "<base-model>" in text
+    assert text.endswith(bundle.path("workflows", "posttrain.md").read_text())
+    assert bare.messages[0].content.text.endswith(bundle.path("workflows", "recover.md").read_text())
+    assert unknown is not None and "eval_command" in unknown, unknown
+
+
 def test_http_beyond_loopback_needs_an_explicit_flag_and_a_bearer_token(workdir):
     import json
     import socket

@@ -291,18 +291,20 @@ def test_copied_figures_follow_a_change_of_rules_yaml(copy):
     """Change the profile's numbers and every hand copy is named, even one split over two lines; the
     judges' own tolerance (a fact about PostTrainBench) is not a copy."""
     path = copy / "rules" / "rules.yaml"
-    path.write_text(path.read_text().replace("tolerated_rows: 3", "tolerated_rows: 0")
+    path.write_text(path.read_text().replace("tolerated_rows: 0", "tolerated_rows: 2", 1)  # posttrainbench's
                     .replace("final_reserve_min: 45", "final_reserve_min: 50"))
+    edit(copy / "rules" / "integrity.md", "**What no check can know.**",
+         "It fails above 0 contaminated\nrows under posttrainbench.\n**What no check can know.**")
     out = messages(check(copy))
     assert "rules/integrity.md" in out and "the profile-numbers table differs from rules.yaml" in out
     for where in ("skills/submit/SKILL.md", "workflows/posttrain.md", "rules/integrity.md"):
         assert re.search(rf"{where}:\d+: final reserve of 45 is not profile posttrainbench's", out), where
-    assert re.search(r"skills/data/SKILL.md:\d+: tolerated contaminated rows of 3 is not profile posttrainbench's", out)
+    assert re.search(r"skills/data/SKILL.md:\d+: tolerated contaminated rows of 0 is not profile posttrainbench's", out)
     split = next(n for n, ln in enumerate((copy / "rules" / "integrity.md").read_text().splitlines(), 1)
-                 if ln.rstrip().endswith("fails above 3 contaminated"))
-    assert f"rules/integrity.md:{split}: tolerated contaminated rows of 3" in out
+                 if ln.rstrip().endswith("fails above 0 contaminated"))
+    assert f"rules/integrity.md:{split}: tolerated contaminated rows of 0" in out
     judges = next(n for n, ln in enumerate((copy / "rules" / "integrity.md").read_text().splitlines(), 1)
-                  if "up to 3 accidental contaminated samples" in ln)
+                  if "excuses up to 3 contaminated documents" in ln)
     assert f"rules/integrity.md:{judges}:" not in out
 
 
@@ -548,7 +550,8 @@ def test_mcp_serves_the_bundle_and_the_same_tool_arguments(tmp_path):
         assert name in commands, f"MCP tool {name} is not a CLI command"
         cli_opts = {o for o in commands[name].options if o.startswith("--") and not o.startswith("--no-")} - {"--help"}
         mcp_args = {"--" + p.replace("_", "-") for p in t.input_schema["properties"] if p != "action"}
-        assert cli_opts == mcp_args, name
+        spellings = {"--" + a.replace("_", "-") for a in registry.get(name).input.spellings()}  # taken by both
+        assert cli_opts == mcp_args | spellings, name
     assert set(registry.tools()) == set(tools)
     assert {f"skill://{n}" for n in bundle.skill_names()} | {"skill://posttrain", "rules://integrity"} <= resources
     assert {f"workflow://{n}" for n in bundle.workflow_names()} <= resources

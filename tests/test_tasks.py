@@ -303,3 +303,28 @@ def test_fast_validator_agrees_with_jsonschema(data):
             fast = tasks.compile_schema(schema) if name not in _FAST else _FAST[name]
             _FAST[name] = fast
             assert fast(value) == jsonschema.Draft202012Validator(schema).is_valid(value), (name, value)
+
+
+def test_row_shapes_and_their_texts_in_reading_order():
+    chat = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "U1"},
+                         {"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"},
+                         {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}]}
+    rows = {
+        "text": ({"text": "Plain text."}, ["Plain text."]),
+        "messages": (chat, ["Be brief.", "U1", "A1", "U2", '[{"function": {"name": "f", "arguments": "{}"}}]']),
+        "prompt-completion": ({"prompt": [{"role": "user", "content": "P"}], "completion": "C"}, ["P", "C"]),
+        "question-answer": ({"context": "Ctx.", "question": "Q?", "choices": ["x", "y"], "answer": 1},
+                            ["Ctx.", "Q?", "x", "y", "1"]),
+        "task": ({"id": "t", "messages": [{"role": "user", "content": "Q?"}], "gold": {"answer": "7"},
+                  "meta": {"solution": "3 + 4 = 7"}}, ["Q?", "7", "3 + 4 = 7"]),
+    }
+    for shape, (row, texts) in rows.items():
+        assert tasks.row_shape(row, "f:1") == shape
+        assert tasks.row_texts(row, "f:1") == texts
+    assert tasks.to_sample({"text": "Plain text."}, "f:1") == {"text": "Plain text."}
+    for bad, message in (({"text": ""}, "field text: expected non-empty text"), ({"foo": 1}, "no known record shape"),
+                         ({"messages": "hi"}, "field messages: expected an array")):
+        with pytest.raises(ACIError, match=f"f:3: {message}"):
+            tasks.row_texts(bad, "f:3")
+    with pytest.raises(ACIError, match="f:2: a `text` row is plain text"):
+        tasks.to_task({"text": "Plain text."}, "f:2", "x")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -136,5 +137,10 @@ def test_dry_run_measures_throughput_with_a_short_job(run):
     est = out.checks["estimate"]
     assert est["rate_source"] == f"measured now by job {out.job.id}" and est["tokens_per_s"] > 0
     assert out.job.status == "succeeded" and out.job.progress["step"] == 2
+    # the tiny model is untrained: its first loss sits at chance, and the dry run says what that means
+    vocab = out.job.progress["vocab_size"]
+    assert out.checks["first_loss"] == out.job.progress["first_loss"] >= 0.75 * math.log(vocab)
+    note = next(w for w in out.warnings if "sits at chance" in w)
+    assert f"ln {vocab:,}" in note and "has not learned this task's format" in note and "learning rate" in note
     assert not (run / "checkpoints" / out.job.id).exists()  # a measurement saves no checkpoint
     assert not [e for e in read_jsonl(run / "state" / records.CHECKPOINTS) if e.get("job") == out.job.id]

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import shutil
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
 
-from aci import manifest, records
+from aci import manifest, records, registry, templates
 from aci.errors import ACIError
 from aci.state import now
+from aci.training import data as training_data
 from tests.conftest import mcp_client
-from tests.train_helpers import FAST, call, ctx_for, make_run, sft_rows, write_jsonl
+from tests.train_helpers import FAST, bench_items, call, ctx_for, make_run, sft_rows, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +27,11 @@ def run(tmp_path_factory, tiny_model):
     wd = tmp_path_factory.mktemp("gates")
     make_run(wd, tiny_model)
     return wd
+
+
+def checked(workdir, path) -> None:
+    """The real contamination check of `path` against the run card's pinned items, passing."""
+    assert registry.call("contamination", {"path": str(path)}, ctx_for(workdir)).opens_train_gate
 
 
 def refused(rule: str, workdir, **args) -> str:
@@ -45,15 +54,48 @@ def test_no_test_data_needs_a_passing_result_for_the_current_content(run):
     manifest.update(ctx_for(run).state, path, "contamination", {"verdict": "fail"}, message="x", tool="contamination")
     assert "failed its contamination check" in refused("no-test-data", run, data="failed.jsonl")
     path = write_jsonl(run / "edited.jsonl", sft_rows(4))
-    manifest.update(ctx_for(run).state, path, "contamination", {"verdict": "pass"}, message="x", tool="contamination")
+    checked(run, path)
     write_jsonl(path, sft_rows(5))  # edited after the check
     assert "changed since its contamination check" in refused("no-test-data", run, data="edited.jsonl")
+
+
+def test_the_job_trains_only_the_bytes_that_were_checked(run):
+    """A row appended after the contamination check and the train checks: the job refuses the file."""
+    path = write_jsonl(run / "late.jsonl", sft_rows(4))
+    assert registry.call("contamination", {"path": "late.jsonl"}, ctx_for(run)).opens_train_gate
+    out = call(run, action="dry-run", data="late.jsonl", **FAST, max_steps=2)
+    config = run / "late-config.json"
+    config.write_text(json.dumps(out.config))
+    item = bench_items()[2]
+    with open(path, "a") as f:
+        f.write(json.dumps({"messages": [{"role": "user", "content": item["question"]},
+                                         {"role": "assistant", "content": item["answer"]}]}) + "\n")
+    job = subprocess.run([sys.executable, "-m", "aci.training.run", str(config)], capture_output=True, text=True,
+                         cwd=run, timeout=300)
+    assert job.returncode == 2, job.stdout + job.stderr
+    assert "[rule no-test-data]" in job.stdout and "changed after this job's checks" in job.stdout
+    assert "changed since its contamination check" in refused("no-test-data", run, data="late.jsonl")
+    check = registry.call("contamination", {"path": "late.jsonl"}, ctx_for(run))
+    assert check.verdict == "fail" and check.contaminated[0]["label"] == "judge"
+
+
+def test_only_a_pass_against_the_pinned_reference_counts(run):
+    write_jsonl(run / "other_items.jsonl", [{**r, "question": r["question"].replace("marbles", "kites")}
+                                             for r in bench_items()])
+    write_jsonl(run / "elsewhere.jsonl", sft_rows(3))
+    assert registry.call("contamination", {"path": "elsewhere.jsonl", "reference": "other_items.jsonl"},
+                         ctx_for(run)).verdict == "pass"
+    assert "not the run card's pinned reference" in refused("no-test-data", run, data="elsewhere.jsonl")
 
 
 def test_forbidden_datasets_by_source_or_file_name(run):
     assert "Idavidrein/gpqa" in refused("forbidden-datasets", run, source="Idavidrein/gpqa")
     shutil.copy(run / "sft.jsonl", run / "humaneval_solutions.jsonl")
     assert "humaneval" in refused("forbidden-datasets", run, data="humaneval_solutions.jsonl")
+    (run / "bfcl-work").mkdir()  # a folder named after the benchmark does not make its data banned
+    write_jsonl(run / "bfcl-work" / "mine.jsonl", sft_rows(4))
+    assert registry.call("contamination", {"path": "bfcl-work/mine.jsonl"}, ctx_for(run)).opens_train_gate
+    assert call(run, action="dry-run", data="bfcl-work/mine.jsonl", **FAST, max_steps=2).checks["rows"] == 4
 
 
 def test_base_model_only(run, tiny_model):
@@ -116,7 +158,7 @@ def test_nonsense_is_refused_before_launch(run):
         call(run, action="dry-run", data="sft.jsonl", **{**FAST, "max_length": 36})
     long_prompt = [{"messages": [{"role": "user", "content": "word " * 80}, {"role": "assistant", "content": "ok"}]}]
     path = write_jsonl(run / "long.jsonl", long_prompt * 3)
-    manifest.update(ctx_for(run).state, path, "contamination", {"verdict": "pass"}, message="x", tool="contamination")
+    checked(run, path)
     with pytest.raises(ACIError, match="nothing to train on: none of the first 3 samples has an assistant token"):
         call(run, action="dry-run", data="long.jsonl", **FAST)
     with pytest.raises(ACIError, match="multiple of num_generations=3"):
@@ -134,8 +176,7 @@ def test_grpo_checks_report_prompts_and_graders(run):
     assert out.config["grpo"]["num_generations"] == 2 and out.config["learning_rate"] == 1e-6
     write_jsonl(run / "nograder.jsonl", [{"id": "a", "messages": [{"role": "user", "content": "1+1?"}],
                                           "gold": {"answer": "2"}}])
-    manifest.update(ctx_for(run).state, run / "nograder.jsonl", "contamination", {"verdict": "pass"}, message="x",
-                    tool="contamination")
+    checked(run, run / "nograder.jsonl")
     with pytest.raises(ACIError, match="names no grader: pass --grader"):
         call(run, action="dry-run", method="grpo", data="nograder.jsonl", **grpo)
 
@@ -175,3 +216,34 @@ def test_the_deadline_check_counts_the_time_to_tokenize_the_whole_file(tmp_path,
     assert small.structured_content["checks"]["estimate"]["tokenize_s"] < 5
     assert big.is_error and "[rule final-reserve]" in big.content[0].text
     assert re.search(r"after ~[\d,]+ s tokenizing the data", big.content[0].text), big.content[0].text
+
+
+def test_every_row_shape_trains_as_the_other_tools_read_it(run, tiny_model):
+    """text (every token learned, no template), prompt/completion, question/answer and multi-turn chats."""
+    rows = [{"text": "Plain text to learn from: 2 plus 2 is 4."},
+            {"prompt": "What is 3 plus 3?", "completion": "6"},
+            {"question": "What is 4 plus 4?", "answer": "8"},
+            {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                          {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "5 plus 5?"},
+                          {"role": "assistant", "content": "10"}]}]
+    write_jsonl(run / "shapes.jsonl", rows)
+    checked(run, run / "shapes.jsonl")
+    out = call(run, action="dry-run", data="shapes.jsonl", **FAST, max_steps=2)
+    assert out.checks["rows"] == 4 and out.checks["samples_checked"] == 4
+    write_jsonl(run / "blank.jsonl", [rows[0], {"text": " "}, *rows[1:]])  # the check and the job read it alike
+    tokenizer = templates.load_tokenizer(tiny_model)
+    for refusing in (lambda: registry.call("contamination", {"path": "blank.jsonl"}, ctx_for(run)),
+                     lambda: training_data.encode_samples(run / "blank.jsonl", tokenizer, None, max_length=64)):
+        with pytest.raises(ACIError, match=r"blank\.jsonl:2: field text: expected non-empty text"):
+            refusing()
+
+
+@pytest.mark.parametrize("first_loss,vocab,flagged", [(11.8, 151_936, True), (2.1, 151_936, False),
+                                                      (5.4, 256, True), (None, 256, False), (3.0, None, False)])
+def test_a_first_loss_at_chance_is_named_with_what_it_means(first_loss, vocab, flagged):
+    from aci.training import chance
+
+    note = chance.advice(first_loss, vocab, 2e-5)
+    assert (note is not None) == flagged
+    if flagged:
+        assert f"ln {vocab:,} = {math.log(vocab):.2f}" in note and "2e-05" in note and "tokenizer and template" in note

@@ -43,18 +43,29 @@ def call(workdir: Path, **args):
     return registry.call("train", args, ctx_for(workdir))
 
 
+def bench_items(n: int = 6) -> list[dict]:
+    """The toy benchmark's test items: the reference the run card pins for contamination checks."""
+    return [{"question": f"A toy benchmark question number {i}: Mia has 40 marbles and loses {i} of them on the way "
+                         f"home from school. How many marbles does she have left?", "answer": str(40 - i)}
+            for i in range(n)]
+
+
 def make_run(workdir: Path, model: Path, *, profile: str = "posttrainbench", template: str = "qwen3_like",
              contamination: str | None = "pass", **card) -> Context:
-    """Run card with the evaluation's template (no generation markers), data files, contamination verdicts."""
+    """Run card with the evaluation's template (no generation markers) and pinned test items, data files,
+    contamination verdicts (`pass`: the real check against the pinned items)."""
     (workdir / "templates").mkdir(parents=True, exist_ok=True)
     shutil.copy(DATA / f"{template}.jinja", workdir / "templates" / "model.jinja")
+    write_jsonl(workdir / "bench_items.jsonl", bench_items())
     ctx = ctx_for(workdir)
     registry.call("plan", {"action": "init", "base_model": str(model), "benchmark": "toy-add", "profile": profile,
                            "eval_command": "python evaluate.py --model-path {model_path} --limit {limit}",
-                           "template": "templates/model.jinja", **card}, ctx)
+                           "template": "templates/model.jinja", "reference": "bench_items.jsonl", **card}, ctx)
     for name, rows in (("sft.jsonl", sft_rows()), ("tasks.jsonl", task_rows(grader={"type": "regex", "pattern": "[a-z]"}))):
         path = write_jsonl(workdir / name, rows)
-        if contamination:
+        if contamination == "pass":
+            assert registry.call("contamination", {"path": name}, ctx).opens_train_gate
+        elif contamination:
             manifest.update(ctx.state, path, "contamination", {"verdict": contamination}, message=f"checked {name}",
                             tool="contamination")
     return ctx_for(workdir)

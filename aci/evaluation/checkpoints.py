@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aci import records
+from aci import records, sampling
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import folder, identity
@@ -35,6 +35,7 @@ class Checkpoint:
     pin: dict | None = None  # `identity.pin` of `root` at registration (None: base, or registered unpinned)
     root: str | None = None  # the registered folder (`path` may be its merged/ copy)
     evidence: str | None = None  # why a new registration is believed to descend from its parent
+    sampling: dict | None = None  # `<id>@<settings>`: written into generation_config.json (aci.sampling)
 
     @property
     def local(self) -> Path | None:
@@ -68,7 +69,19 @@ def base(ctx: Context) -> Checkpoint:
 
 
 def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
-    """The checkpoint named by an id or a folder path; a new path is registered with `parent`."""
+    """The checkpoint named by an id or a folder path; a new path is registered with `parent`.
+
+    `<ref>@<settings>` (e.g. `job/checkpoint-200@temperature=0.6,top_p=0.95`) is `<ref>` decoded with those
+    sampling settings: its own id and evaluations, the same files, `<ref>` as its parent."""
+    plain, settings = sampling.split(ref)
+    if settings is not None:
+        ck = resolve(ctx, plain, parent)
+        if ck.sampling is not None:
+            raise ACIError(f"{ref!r} names sampling settings twice")
+        if ck.new:
+            raise ACIError(f"register {plain!r} first (evaluate it once), then name its sampling variant")
+        return Checkpoint(f"{ck.id}@{sampling.name(settings)}", ck.path, ck.id, ck.adapter, pin=ck.pin, root=ck.root,
+                          sampling=settings)
     if ref == BASE:
         return base(ctx)
     known = registered(ctx)

@@ -65,6 +65,7 @@ def check(final: Path, *, template: str | None, base_dir: Path | None, best: dic
         tok = _tokenizer(c, final)
         prompt = _template(c, tok, template)
         _end_of_turn(c, final, tok, template)
+        _sampling(c, final)
         _processor(c, final, base_dir)
         _promotion_record(c, final, best)
         c.add("eval-files", not changed_eval_files,
@@ -182,6 +183,27 @@ def _end_of_turn(c: Checklist, final: Path, tok, template: str | None) -> None:
               f"to the token limit (rule end-of-turn)", fix)
     else:
         c.add("end-of-turn", True, f"{eot} (id {eot_id}) is in eos_token_id {eos}")
+
+
+def _sampling(c: Checklist, final: Path) -> None:
+    """How vLLM will decode: the generation config read as vLLM reads it, against the settings chosen."""
+    from aci import sampling
+    from aci.errors import ACIError
+
+    try:
+        reads = sampling.vllm_reads(final)
+    except ACIError as e:
+        c.add("sampling", False, str(e), PROMOTE_FIX)
+        return
+    held = (swap.marker(final) or {}).get("checkpoint") or ""
+    chosen = sampling.split(held)[1]
+    if chosen is None:
+        c.add("sampling", True, f"vLLM decodes with {sampling.describe(reads)}; no settings chosen (skills/evaluate: "
+              f"choose them on the dev set with eval-checkpoint evaluate --checkpoint <best>@greedy)")
+        return
+    ok = reads == sampling.expected_reads(chosen)
+    c.add("sampling", ok, f"vLLM decodes with {sampling.describe(reads)}" +
+          ("" if ok else f", not the chosen {sampling.name(chosen)}"), PROMOTE_FIX)
 
 
 def _processor(c: Checklist, final: Path, base_dir: Path | None) -> None:

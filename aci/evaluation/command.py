@@ -3,13 +3,15 @@
 The command is a template with `{model_path}`, `{limit}`, `{output}` and optionally `{seed}`, e.g.
 `python evaluate.py --model-path {model_path} --limit {limit} --json-output-file {output}`. It is split
 like a shell would (`shlex`) but run without one, placeholders filled per argument (a path with spaces
-stays one argument). Without a limit, the `--limit {limit}` pair is dropped so the evaluator uses all
-samples. The process runs in its own session; on timeout the whole group is killed (vLLM servers too).
+stays one argument). Without a limit, the `--limit {limit}` pair is dropped, so the script's own default
+applies (PostTrainBench's: 150 GSM8K items, 50 GPQA); `--limit -1` is passed through, which
+PostTrainBench's scripts read as every item. The process runs in its own session; on timeout the whole group is killed (vLLM servers too).
 
 The metrics JSON is read from `{output}` (or, without that placeholder, from the last JSON object the
 command prints). The score is the configured key (dotted for nesting), else the first of `accuracy`,
 `score`, `acc`, `exact_match`, `pass@1`, `mean`, else the only numeric value. The sample count comes
-from the JSON (`n_examples`, `samples`, ...) when present, else from the limit.
+from the JSON (`n_examples`, `samples`, ...) when present, else from the inspect_ai log the run wrote
+(PostTrainBench's inspect-based tasks), else from a positive limit; otherwise it is unknown.
 
 Users type the command they run by hand (`python evaluate.py --model-path final_model --limit -1`);
 `translate` turns it into the template once, at `plan init`, and says what it changed.
@@ -43,7 +45,7 @@ _ROLES = {
     "--model-path": ("{model_path}", "each evaluation points it at the checkpoint it scores"),
     "--model_path": ("{model_path}", "each evaluation points it at the checkpoint it scores"),
     "--limit": ("{limit}", "each evaluation fills it from its own `--limit N` and leaves it out without one (then "
-                           "the script's default applies: score the full set with `--limit <benchmark size>`)"),
+                           "the script's default applies: score the full set with `--limit -1`)"),
     "--json-output-file": ("{output}", "each trial writes its metrics JSON there for the tools to read"),
 }
 SUBMISSION_DIR = "final_model"  # the folder a PostTrainBench command names as the model
@@ -127,7 +129,7 @@ def argv(template: str, *, model_path: str, limit: int | None, output: Path, see
     for part in parts:
         if "{limit}" in part and limit is None:
             if part == "{limit}" and out and out[-1].startswith("-"):
-                out.pop()  # `--limit {limit}`: drop the option so the evaluator runs every sample
+                out.pop()  # `--limit {limit}`: drop the option, so the script's own default applies
             continue
         if "{limit}" in part:
             part = part.replace("{limit}", str(limit))
@@ -171,6 +173,38 @@ def sample_count(metrics: dict) -> int | None:
     return None
 
 
+_LOG_HEAD = 4 << 20  # inspect writes `eval` and `results` before the samples: the head holds both
+_LOG_MODEL = re.compile(r'"model":\s*"((?:[^"\\]|\\.)*)"')
+_LOG_COUNT = re.compile(r'"(completed_samples|total_samples)":\s*(\d+)')
+
+
+def inspect_log(cwd: Path, since: float, model_path: str) -> tuple[int, str] | None:
+    """The sample count in the inspect_ai log that a run on `model_path` wrote after `since`, and the log.
+
+    PostTrainBench's inspect-based `evaluate.py` writes only the score and its stderr to the metrics JSON,
+    but inspect logs the run to `./logs` (or `$INSPECT_LOG_DIR`) as JSON whose `results` hold the number
+    of samples scored: the real count, whatever `--limit` or the script's own default was."""
+    log_dir = Path(os.environ.get("INSPECT_LOG_DIR") or "logs")
+    log_dir = log_dir if log_dir.is_absolute() else cwd / log_dir
+    try:
+        logs = sorted((p for p in log_dir.glob("*.json") if p.stat().st_mtime >= since),
+                      key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return None
+    for log in logs:
+        try:
+            with open(log, encoding="utf-8", errors="replace") as f:
+                head = f.read(_LOG_HEAD)
+        except OSError:
+            continue
+        model = _LOG_MODEL.search(head)
+        counts = dict((k, int(v)) for k, v in _LOG_COUNT.findall(head))
+        n = counts.get("completed_samples") or counts.get("total_samples")
+        if model and model.group(1).endswith(model_path) and n:
+            return n, str(log)
+    return None
+
+
 def _last_json(text: str) -> dict | None:
     for line in reversed(text.strip().splitlines()):
         line = line.strip()
@@ -207,7 +241,7 @@ class CommandEvaluator:
         log_path = self.out_dir / f"seed-{seed}.log"
         output.unlink(missing_ok=True)
         cmd = argv(self.template, model_path=model_path, limit=self.limit, output=output, seed=seed)
-        started = time.monotonic()
+        started, since = time.monotonic(), time.time()
         with open(log_path, "wb") as log:
             try:
                 proc = subprocess.Popen(cmd, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
@@ -243,9 +277,14 @@ class CommandEvaluator:
         if not isinstance(metrics, dict):
             raise ACIError(f"the metrics in {source} are {type(metrics).__name__}, not a JSON object")
         name, score = pick_score(metrics, self.metric_key, source)
-        return Trial(seed=seed, score=score, samples=sample_count(metrics) or self.limit,
-                     details={"metric": name, "metrics_file": output.name if output.is_file() else None,
-                              "command": shlex.join(cmd), "seconds": round(time.monotonic() - started, 2)})
+        logged = inspect_log(self.cwd, since, model_path)
+        samples = sample_count(metrics) or (logged[0] if logged else None) or \
+            (self.limit if self.limit and self.limit > 0 else None)
+        details = {"metric": name, "metrics_file": output.name if output.is_file() else None,
+                   "command": shlex.join(cmd), "seconds": round(time.monotonic() - started, 2)}
+        if logged:
+            details["inspect_log"] = logged[1]
+        return Trial(seed=seed, score=score, samples=samples, details=details)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -242,13 +242,14 @@ def resave_here(source: str, out: str) -> dict:
 
 
 def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | None = None,
-          template: str | None = None, link: bool = False) -> dict:
+          template: str | None = None, link: bool = False, sampling: dict | None = None) -> dict:
     """Write the servable folder for checkpoint `source` into the empty folder `out`.
 
     `base_dir` is the base model's local folder (tokenizer and processor files are taken from it when
     the checkpoint lacks them); `merge_onto` is the full model a LoRA `source` is merged onto;
     `template` is the chat template text the evaluation renders (saved as the tokenizer's template).
     `link` hard-links unchanged files instead of copying (for throw-away evaluation folders).
+    `sampling` replaces the generation config's sampling keys (see `aci.sampling`).
     Returns what was written: end-of-turn token and id, where each part came from, file sizes.
     """
     out.mkdir(parents=True, exist_ok=True)
@@ -307,6 +308,11 @@ def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | 
     gen["eos_token_id"] = [eot_id, *[i for i in eos if i != eot_id]]
     if "pad_token_id" not in gen and config.get("pad_token_id") is not None:
         gen["pad_token_id"] = config["pad_token_id"]
+    if sampling is not None:
+        from aci import sampling as sampling_mod
+
+        gen = sampling_mod.apply(gen, sampling)
+        origin["sampling"] = sampling_mod.name(sampling)
     write_json(out / GENERATION_CONFIG, gen)
     origin["generation_config"] = str(gen_from) if gen_from else "new"
     fsync_tree(out)

@@ -31,8 +31,8 @@ KIND = "eval"
 POLL_S = 0.1
 
 
-def start(ctx: Context, ck: Checkpoint, spec: runner.EvalSpec, *, promote: bool) -> jobs.JobView:
-    """Register `ck` if it is new, then start the evaluation job."""
+def start(ctx: Context, ck: Checkpoint, spec: runner.EvalSpec, *, promote: bool, exclusive: bool = True) -> jobs.JobView:
+    """Register `ck` if it is new, then start the evaluation job (`exclusive`: not while another GPU job runs)."""
     if ck.new:
         with ctx.state.event("eval", f"registered {ck.id} (parent {ck.parent})", tool="eval-checkpoint") as w:
             w.append(records.CHECKPOINTS, ck.registration())
@@ -40,7 +40,8 @@ def start(ctx: Context, ck: Checkpoint, spec: runner.EvalSpec, *, promote: bool)
     config = {"task": "evaluate", "checkpoint": ck.id, "spec": spec.model_dump(mode="json"), "promote": promote,
               "workdir": str(ctx.workdir)}
     return jobs.start(ctx.state, KIND, [sys.executable, "-m", "aci.evaluation.job"], config, cwd=ctx.workdir,
-                      message=f"evaluate {ck.id} with {spec.evaluator}" + (" then promote" if promote else ""))
+                      message=f"evaluate {ck.id} with {spec.evaluator}" + (" then promote" if promote else ""),
+                      exclusive=exclusive)
 
 
 def wait(ctx: Context, view: jobs.JobView) -> dict:
@@ -54,9 +55,9 @@ def wait(ctx: Context, view: jobs.JobView) -> dict:
     return view.progress
 
 
-def evaluate(ctx: Context, ck: Checkpoint, spec: runner.EvalSpec) -> dict:
+def evaluate(ctx: Context, ck: Checkpoint, spec: runner.EvalSpec, *, exclusive: bool = True) -> dict:
     """A foreground evaluation: the job, waited for; the entry it recorded in checkpoints.jsonl."""
-    done = wait(ctx, start(ctx, ck, spec, promote=False))
+    done = wait(ctx, start(ctx, ck, spec, promote=False, exclusive=exclusive))
     return next(e for e in reversed(ctx.state.lines(records.CHECKPOINTS)) if e.get("eval_id") == done["eval_id"])
 
 

@@ -138,6 +138,9 @@ def install(ctx: Context, ck: Checkpoint, evaluation: dict, comparison: stats.Co
         w.write_json(records.BEST, best)
     ctx.forget()
     notes.append(f"end-of-turn token {marker.get('eot')} (id {marker.get('eot_id')}) is in generation_config.json eos_token_id")
+    if ck.sampling is not None:
+        notes.append(f"generation_config.json holds the sampling settings {ck.id.rpartition('@')[2]}: vLLM decodes "
+                     f"final_model with them")
     return Promotion(checkpoint=ck.id, promoted=True, path=str(final), reference=reference, comparison=comparison,
                      best=best, notes=notes)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from aci import records
 from aci.context import Context
@@ -45,8 +45,11 @@ class EvalSpec(BaseModel):
     task: str | None = Field(None, description="lm-eval: task name (built-in, or defined in --task-dir)")
     task_dir: str | None = Field(None, description="lm-eval: folder of local task YAMLs")
     dev_set: str | None = Field(None, description="dev: JSONL of held-out task records (each names its grader)")
-    default_grader: str | None = Field(None, description="dev: grader for tasks that name none, e.g. last-number")
-    limit: int | None = Field(None, ge=1, description="samples per trial (default: all); comparisons need the rules' minimum")
+    grader: str | None = Field(None, description="dev: grader for tasks that name none, e.g. last-number")
+    limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command gets "
+                              "--limit -1, which PostTrainBench's evaluate.py reads as all); without it the eval "
+                              "command's own default applies (PostTrainBench: 150 GSM8K, 50 GPQA); comparisons "
+                              "need the rules' minimum")
     trials: int = Field(1, ge=1, le=20, description="independent trials (seeds 0..k-1): mean and min-max range")
     seeds: list[int] | None = Field(None, description="explicit seeds (overrides --trials)")
     temperature: float = Field(0.0, ge=0, description="dev: 0 = greedy; > 0 samples with each trial's seed")
@@ -54,8 +57,19 @@ class EvalSpec(BaseModel):
     batch_size: int = Field(8, ge=1, description="dev and lm-eval: prompts per forward pass")
     timeout_s: float = Field(3600, gt=0, description="command: seconds per trial before the command is killed")
 
+    @field_validator("limit")
+    @classmethod
+    def _not_zero(cls, v: int | None) -> int | None:
+        if v == 0:
+            raise ValueError("--limit 0 scores nothing: give a sample count, or -1 for every item")
+        return v
+
     def seed_list(self) -> list[int]:
         return list(self.seeds) if self.seeds else list(range(self.trials))
+
+    def items(self) -> int | None:
+        """The sample limit for evaluators that take a count (lm-eval, dev set): None means every item."""
+        return None if self.limit == -1 else self.limit
 
 
 def _sha8(*parts: str) -> str:
@@ -96,7 +110,7 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
         if task_dir is not None:
             yamls = sorted(task_dir.rglob("*.yaml"))
             label += "@" + _sha8(*(y.read_text(errors="replace") for y in yamls))
-        return LMEvalEvaluator(spec.task, task_dir=task_dir, limit=spec.limit, metric_key=spec.metric_key,
+        return LMEvalEvaluator(spec.task, task_dir=task_dir, limit=spec.items(), metric_key=spec.metric_key,
                                batch_size=spec.batch_size, label=label)
     from aci.evaluation.devset import DevSetEvaluator
     from aci.manifest import file_hash
@@ -108,9 +122,9 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
         name = str(path.relative_to(ctx.workdir))
     except ValueError:
         name = path.name
-    label = f"dev:{name}@" + _sha8(file_hash(path), spec.default_grader or "", f"{spec.temperature:g}",
+    label = f"dev:{name}@" + _sha8(file_hash(path), spec.grader or "", f"{spec.temperature:g}",
                                    str(spec.max_new_tokens))
-    return DevSetEvaluator(path, limit=spec.limit, template=template_text(ctx), default_grader=spec.default_grader,
+    return DevSetEvaluator(path, limit=spec.items(), template=template_text(ctx), default_grader=spec.grader,
                            temperature=spec.temperature, max_new_tokens=spec.max_new_tokens,
                            batch_size=spec.batch_size, workdir=ctx.workdir, out_dir=out_dir,
                            check_host=lambda h: ctx.rules.check_host(h, judge=True), label=label)
@@ -121,13 +135,14 @@ def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool) -> dict:
     if ck.local is None:
         raise ACIError(f"checkpoint {ck.id} has no local folder ({ck.path})")
     scratch = out.parent / f"{out.name}.parents"
+    plain = checkpoints.resolve(ctx, ck.parent) if ck.sampling is not None else ck  # a variant's own files
     try:
-        onto = _trained_on(ctx, ck, scratch, {ck.id}) if ck.adapter else None
+        onto = _trained_on(ctx, plain, scratch, {plain.id}) if ck.adapter else None
         if ck.adapter and onto is None:
             raise ACIError(f"{ck.id} is a LoRA adapter but the model it was trained on has no local folder "
                            f"(parent chain {' -> '.join(checkpoints.ancestry(ctx, ck))})")
         return folder.build(ck.local, out, base_dir=checkpoints.base(ctx).local, merge_onto=onto,
-                            template=template_text(ctx), link=link)
+                            template=template_text(ctx), link=link, sampling=ck.sampling)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -170,6 +185,9 @@ def warnings_for(ctx: Context, spec: EvalSpec, evaluator, samples: int | None) -
 def evaluate(ctx: Context, ck: Checkpoint, spec: EvalSpec, *, job: str | None = None,
              progress: Callable[[dict], None] | None = None) -> dict:
     """Run the trials, record the entry (one event), and return it; raise ACIError after recording a failure."""
+    if ck.sampling is not None and spec.evaluator != "command":
+        raise ACIError(f"{ck.id}: sampling settings are measured with the eval command, whose vLLM reads them from "
+                       f"generation_config.json; the {spec.evaluator} evaluator decodes with its own settings")
     eval_id = f"ev-{time.strftime('%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     rel_dir = f"{EVALS}/{eval_id}"
     out_dir = ctx.state.root / rel_dir
@@ -209,6 +227,7 @@ def _entry(ctx, ck, spec, evaluator, trials, seeds, eval_id, duration, error, jo
     extra: dict = {"kind": spec.evaluator}
     if trials:
         fields["metric"] = trials[0].details.get("metric")
+        extra["inspect_logs"] = [t.details["inspect_log"] for t in trials if t.details.get("inspect_log")]
         # What the evaluator reported, else the explicit limit; never the benchmark's size, which an eval
         # command need not score whole (PostTrainBench's evaluate.py scores 150 GSM8K items without --limit).
         samples = min((t.samples for t in trials if t.samples), default=None)

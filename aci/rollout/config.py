@@ -46,6 +46,8 @@ class RolloutOptions(BaseModel):
     retries: int = Field(3, ge=0, le=10, description="endpoint retries on 5xx, 429 and connection errors")
     success_threshold: float = Field(1.0, ge=0, le=1, description="score that counts as a successful task")
     min_reward: float | None = Field(None, ge=0, le=1, description="export threshold (default: success threshold)")
+    max_per_task: int | None = Field(None, ge=1, description="export at most N kept samples per task (easy tasks "
+                                     "solved in every trial would otherwise dominate)")
 
 
 class RolloutRequest(RolloutOptions, Sampling):

@@ -1,9 +1,10 @@
-"""A local Hugging Face model as a policy: render with its chat template, generate, parse hermes calls.
+"""A local model as a policy: render with its chat template, generate, parse hermes calls.
 
-Slow (one generation at a time, no batching): for small runs, tests and machines without an inference
-server. At scale, serve the model with vLLM (`run-trajectory serve`) and use the endpoint policy.
+Generation goes through `aci.generation`: vLLM where it can run (CUDA, installed, memory free), so the
+requests of the trajectories rolling at the same time are answered in one batch; transformers otherwise
+(CPU, tests), one request at a time so each seeded request samples the same whatever else is running.
 The recorded request carries the rendered prompt text as well as the messages and tools, because that
-string is exactly what the model saw.
+string is exactly what the model saw (both backends are given its token ids).
 """
 
 from __future__ import annotations
@@ -12,91 +13,104 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from aci import generation
 from aci.errors import ACIError
 from aci.rollout import daemon, hermes
 from aci.rollout.policy import PolicyError, Reply, Settings, assistant_message
 
 DEFAULT_MAX_TOKENS = 256
+BATCH_WINDOW_S = 0.01  # how long the vLLM path waits for the other trajectories' requests before generating
 
 
 class HFPolicy:
     kind = "hf"
 
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, backend: str = "auto"):
         self.path = Path(path)
         self.model = str(self.path)
         if not (self.path / "config.json").is_file():
             raise ACIError(f"{self.path} is not a Hugging Face model folder (no config.json)")
-        self._tok = None
-        self._lm = None
+        self.backend = backend
+        self._gen: generation.Generator | None = None
         self._lock = asyncio.Lock()
+        self._pending: list[tuple[list[int], generation.Sampling, asyncio.Future]] = []
+        self._drainer: asyncio.Task | None = None
         self._calls = 0
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "model": self.model}
 
-    def _load(self) -> None:
-        if self._lm is not None:
-            return
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self._tok = AutoTokenizer.from_pretrained(self.path)
-        if not getattr(self._tok, "chat_template", None):
-            raise ACIError(f"{self.path}: the tokenizer has no chat template; a policy needs one to render turns")
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        self._lm = AutoModelForCausalLM.from_pretrained(self.path).to(device).eval()
-
-    def _render(self, messages: list[dict], tools: list[dict] | None) -> str:
-        return self._tok.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True,
-                                             tokenize=False)
+    def _load(self) -> generation.Generator:
+        if self._gen is None:
+            gen = generation.load(self.path, backend=self.backend)
+            if not getattr(gen.tokenizer, "chat_template", None):
+                gen.close()
+                raise ACIError(f"{self.path}: the tokenizer has no chat template; a policy needs one to render turns")
+            self._gen = gen
+        return self._gen
 
     def request(self, messages: list[dict], tools: list[dict] | None, settings: Settings) -> dict[str, Any]:
-        self._load()
+        tok = self._load().tokenizer
         req: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             req["tools"] = tools
-        return {**req, **settings.body(), "prompt": self._render(messages, tools)}
+        return {**req, **settings.body(), "prompt": generation.render(tok, messages, tools=tools)}
 
-    def _generate(self, request: dict[str, Any]) -> tuple[str, int, int, str]:
-        import torch
+    @staticmethod
+    def sampling(request: dict[str, Any]) -> generation.Sampling:
+        """The request's settings as `aci.generation` takes them (unset: greedy, DEFAULT_MAX_TOKENS)."""
+        seed = request.get("seed")
+        return generation.Sampling(max_new_tokens=request.get("max_tokens") or DEFAULT_MAX_TOKENS,
+                                   temperature=request.get("temperature") or 0.0, top_p=request.get("top_p"),
+                                   seed=None if seed is None else int(seed), stop=tuple(request.get("stop") or ()))
 
-        tok, lm = self._tok, self._lm
-        ids = tok(request["prompt"], return_tensors="pt", add_special_tokens=False).to(lm.device)
-        temperature = request.get("temperature")
-        sample = bool(temperature) and temperature > 0
-        kwargs: dict[str, Any] = {"max_new_tokens": request.get("max_tokens") or DEFAULT_MAX_TOKENS,
-                                  "do_sample": sample, "pad_token_id": tok.pad_token_id or tok.eos_token_id}
-        if sample:
-            kwargs["temperature"] = temperature
-            if request.get("top_p"):
-                kwargs["top_p"] = request["top_p"]
-        if request.get("seed") is not None:
-            torch.manual_seed(int(request["seed"]))
-        with torch.no_grad():
-            out = lm.generate(**ids, **kwargs)
-        new = out[0, ids["input_ids"].shape[1]:]
-        text = tok.decode(new, skip_special_tokens=True)
-        for stop in request.get("stop") or []:
-            text = text.split(stop, 1)[0]
-        eos = lm.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        finish = "stop" if len(new) and int(new[-1]) in eos_ids else "length"
-        return text, int(ids["input_ids"].shape[1]), int(len(new)), finish
+    async def _generate(self, request: dict[str, Any]) -> generation.Completion:
+        gen = self._load()
+        ids = generation.encode(gen.tokenizer, request["prompt"])
+        sampling = self.sampling(request)
+        if gen.name != "vllm":
+            async with self._lock:  # one model, one generation at a time
+                return (await daemon.call(gen.generate, [ids], sampling))[0]
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((ids, sampling, fut))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.create_task(self._drain(gen))
+        return await fut
+
+    async def _drain(self, gen: generation.Generator) -> None:
+        """Answer the queued requests in batches, one per distinct sampling setting."""
+        while self._pending:
+            await asyncio.sleep(BATCH_WINDOW_S)
+            batch, self._pending = self._pending, []
+            groups: dict[generation.Sampling, list[tuple[list[int], asyncio.Future]]] = {}
+            for ids, sampling, fut in batch:
+                groups.setdefault(sampling, []).append((ids, fut))
+            for sampling, items in groups.items():
+                try:
+                    outs = await daemon.call(gen.generate, [ids for ids, _ in items], sampling)
+                except Exception as e:  # noqa: BLE001 - every waiting request gets the error
+                    for _, fut in items:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    continue
+                for (_, fut), out in zip(items, outs, strict=True):
+                    if not fut.done():
+                        fut.set_result(out)
 
     async def complete(self, request: dict[str, Any]) -> Reply:
-        async with self._lock:  # one model, one generation at a time
-            try:
-                text, n_in, n_out, finish = await daemon.call(self._generate, request)
-            except ACIError:
-                raise
-            except Exception as e:
-                raise PolicyError(f"generation failed: {type(e).__name__}: {e}") from e
+        try:
+            out = await self._generate(request)
+        except ACIError:
+            raise
+        except Exception as e:
+            raise PolicyError(f"generation failed: {type(e).__name__}: {e}") from e
         self._calls += 1
-        content, calls, malformed = hermes.parse(text, id_prefix=f"call{self._calls}")
+        content, calls, malformed = hermes.parse(out.text, id_prefix=f"call{self._calls}")
         return Reply(message=assistant_message(content, calls), calls=calls, malformed=malformed,
-                     finish_reason=finish, prompt_tokens=n_in, completion_tokens=n_out)
+                     finish_reason=out.finish_reason, prompt_tokens=out.prompt_tokens,
+                     completion_tokens=out.completion_tokens)
 
     async def aclose(self) -> None:
-        self._lm = None
-        self._tok = None
+        if self._gen is not None:
+            self._gen.close()
+        self._gen = None

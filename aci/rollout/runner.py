@@ -13,6 +13,7 @@ import asyncio
 import sys
 import time
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -130,7 +131,8 @@ def summarise(cfg: RolloutConfig) -> tuple[metrics.RunMetrics, export_mod.Export
     m = metrics.compute(traces)
     atomic_write_json(cfg.out_dir / METRICS, m.model_dump(mode="json"))
     threshold = cfg.min_reward if cfg.min_reward is not None else cfg.success_threshold
-    return m, export_mod.export(traces, cfg.out_dir, threshold)
+    return m, export_mod.export(traces, cfg.out_dir, threshold, max_per_task=cfg.max_per_task,
+                                tasks=load_task_list(cfg) if Path(cfg.tasks).is_file() else None)
 
 
 async def _prepare(ctx: Context, cfg: RolloutConfig):

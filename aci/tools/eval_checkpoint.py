@@ -19,13 +19,18 @@ JOB_KIND = evaljob.KIND
 
 
 class EvalCheckpointInput(ToolInput, runner.EvalSpec):
+    RENAMED = {"default_grader": "grader"}  # `grader`, as in verify-task, run-trajectory and train
+
     action: Literal["evaluate", "compare", "promote", "list"] = Field(
         "evaluate", description="evaluate a checkpoint, compare two, promote one to final_model, or list results")
-    checkpoint: str | None = Field(None, description="checkpoint id (base, <job>/checkpoint-<step>) or a model folder path")
+    checkpoint: str | None = Field(None, description="checkpoint id (base, <job>/checkpoint-<step>) or a model folder "
+                                   "path; <id>@greedy or <id>@temperature=0.6,top_p=0.95 is that checkpoint decoded "
+                                   "with those sampling settings (written to its generation_config.json)")
     against: str | None = Field(None, description="compare: the other checkpoint (default: the current best, else base)")
     parent: str | None = Field(None, description="for a folder path not yet registered: the checkpoint it was trained from")
     background: bool = Field(False, description="evaluate: run as a job and return at once (for anything over a few minutes)")
     promote: bool = Field(False, description="evaluate: promote the checkpoint afterwards if it beats the current best")
+    concurrent: bool = Field(False, description="evaluate even while a train, eval or serve job holds the GPU")
     last: int = Field(20, ge=1, le=500, description="list: how many recent evaluations")
 
 
@@ -78,9 +83,14 @@ def _reference(ctx: Context) -> str:
 def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
     ck = checkpoints.resolve(ctx, inp.checkpoint, inp.parent)
     spec = _spec(inp)
+    busy = None if inp.concurrent else jobs.gpu_busy(ctx.state)
+    if busy:
+        raise ACIError(busy)
     if inp.background:
-        return EvalCheckpointOutput(action="evaluate", job=evaljob.start(ctx, ck, spec, promote=inp.promote))
-    entry = evaljob.evaluate(ctx, ck, spec)  # a job too, waited for: no model or eval command stays in the server
+        return EvalCheckpointOutput(action="evaluate", job=evaljob.start(ctx, ck, spec, promote=inp.promote,
+                                                                         exclusive=not inp.concurrent))
+    # a job too, waited for: no model or eval command stays in the server
+    entry = evaljob.evaluate(ctx, ck, spec, exclusive=not inp.concurrent)
     out = EvalCheckpointOutput(action="evaluate", result=entry, warnings=list(entry.get("warnings", [])))
     ref = _reference(ctx)
     if ck.id != ref:
@@ -104,15 +114,20 @@ def eval_checkpoint(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOut
     """Evaluate a checkpoint, compare two, or promote one to final_model.
 
     evaluate: run --trials k (seeds 0..k-1) of one evaluator on --checkpoint (`base`, a registered id
-    like <job>/checkpoint-<step>, or a model folder path with --parent): `command` = the run card's eval
+    like <job>/checkpoint-<step>, or a model folder path with --parent; `<id>@greedy` or
+    `<id>@temperature=T,top_p=P[,max_new_tokens=N]` is that checkpoint with those sampling settings in its
+    generation_config.json, which the eval command's vLLM reads): `command` = the run card's eval
     command (PostTrainBench `python evaluate.py --model-path {model_path} --limit {limit}
     --json-output-file {output}`; score from --metric-key, else accuracy/score/...), `lm-eval` = --task
     (built-in or in --task-dir), `dev` = --dev-set task records scored by their graders. Every result
     (or failure) is recorded in checkpoints.jsonl with evaluator, limit, samples, seeds, scores, mean,
     min-max range and duration, and compared with the current best (else base). A result under the
-    rules' minimum sample count is flagged (rule min-eval-samples). Checkpoints other than base are
-    evaluated as they would be shipped (LoRA merged, run card template, end-of-turn token).
-    --background runs it as a job; --promote promotes afterwards when it wins.
+    rules' minimum sample count is flagged (rule min-eval-samples). --limit -1 scores every item
+    (without --limit the eval command's own default applies: PostTrainBench's is 150 GSM8K items);
+    the sample count recorded is the one the command reports or its inspect log holds. Checkpoints
+    other than base are evaluated as they would be shipped (LoRA merged, run card template, end-of-turn
+    token, sampling settings). Refused while a train, eval or serve job holds the GPU, unless
+    --concurrent. --background runs it as a job; --promote promotes afterwards when it wins.
     compare: does --checkpoint beat --against (default: best, else base) on their latest evaluations
     with the same evaluator and limit? Non-overlapping trial ranges, a paired bootstrap over per-sample
     scores, or a two-proportion z-test (one-sided 5 %); says by how much.

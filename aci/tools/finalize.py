@@ -13,7 +13,9 @@ from aci.state import iso
 
 
 class FinalizeInput(ToolInput):
-    eval_limit: int | None = Field(None, ge=1, description="also run the eval command on final_model with this --limit")
+    RENAMED = {"eval_limit": "limit"}  # `limit`, as in eval-checkpoint
+
+    limit: int | None = Field(None, ge=1, description="also run the eval command on final_model with this --limit")
     timeout_s: float = Field(1800, gt=0, description="seconds the optional eval run may take")
 
 
@@ -37,7 +39,7 @@ class FinalizeOutput(ToolOutput):
 
 def _eval_run(ctx: Context, inp: FinalizeInput):
     """The eval command on final_model with a small limit, as an evaluation job: a smoke test, not recorded."""
-    spec = runner.EvalSpec(limit=inp.eval_limit, timeout_s=inp.timeout_s)
+    spec = runner.EvalSpec(limit=inp.limit, timeout_s=inp.timeout_s)
     return lambda path: evaljob.smoke(ctx, path, spec)
 
 
@@ -49,14 +51,15 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     (config.json loads); weights (safetensors, all shards readable, not .bin only); merged (no
     adapter_config.json / adapter_model.*); tokenizer loads; template (the run card's, else the
     tokenizer's, renders a prompt); end-of-turn (generation_config.json exists and its eos_token_id holds
-    the end-of-turn token's id, the same id the tokenizer gives it); processor (files the base model
+    the end-of-turn token's id, the same id the tokenizer gives it); sampling (the file read as vLLM
+    reads it: loads, and holds the settings promoted with an `<id>@<settings>` checkpoint); processor (files the base model
     has, e.g. Gemma's preprocessor_config.json); promotion (the folder is the one best.json names,
     unedited); eval-files (evaluate.py, evaluation_code/, templates/ unchanged); generates (the model
     loads with transformers and writes a short reply to a rendered prompt, in a child process that
-    exits); with --eval-limit N, eval (the eval command scores final_model on N samples, as an
-    evaluation job). Promotions wait while it checks, so the record names the folder it checked. The
-    run's `finalized` gate needs a pass on the current promotion: run it after every promotion and fix
-    every failed item."""
+    exits); with --limit N, eval (the eval command scores final_model on N samples, as an evaluation
+    job). Promotions wait while it checks, so the record names the folder it checked. The run's
+    `finalized` gate needs a pass on the current promotion: run it after every promotion and fix every
+    failed item."""
     ctx.require_card()
     # The promotion lock is held from the repair to the record: no promotion can swap final_model while it
     # is checked, so the promotion id recorded is the one of the folder every item looked at.
@@ -67,7 +70,7 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
         promotion_id = (swap.marker(final) or {}).get("promotion_id")
         items = checks.check(final, template=runner.template_text(ctx), base_dir=checkpoints.base(ctx).local,
                              best=best, changed_eval_files=protected_changed(ctx),
-                             evaluate=_eval_run(ctx, inp) if inp.eval_limit else None)
+                             evaluate=_eval_run(ctx, inp) if inp.limit else None)
         passed = all(i.passed for i in items)
         record = {"passed": passed, "ts": iso(), "path": str(final), "checkpoint": (best or {}).get("checkpoint"),
                   "promotion_id": promotion_id, "items": [i.model_dump() for i in items]}

@@ -48,7 +48,8 @@ class HistogramOutput(ToolOutput):
     feature_set: str
     unit: str
     features: dict[str, Any] = Field(description="per feature: kind, counts per bin, records counted, mean")
-    comparison: dict[str, Any] | None = Field(None, description="compare: per feature gaps (pp), tv, passed; quotas")
+    comparison: dict[str, Any] | None = Field(None, description="compare: per feature gaps (pp), tv, passed; quotas; "
+                                                                "skipped: features not compared, with the reason")
     passed: bool | None = None
     unclassified_tools: list[str] = Field(default_factory=list, description="tools counted as reads for want of a "
                                                                             "verb; pass tool_kinds to classify them")
@@ -71,13 +72,13 @@ class HistogramOutput(ToolOutput):
                           f"({b['gap_pp']:+.1f} pp)" for b in c["bins"]]
             else:
                 bins = ", ".join(f"{b} {100 * c / total:.0f}%" for b, c in list(f["counts"].items())[:8])
-                lines.append(f"{name}{mean}: {bins}")
+                lines.append(f"{'skip ' if comp else ''}{name}{mean}: {bins or 'no value in any record'}")
         if comp:
             lines.append(("PASSED" if comp["passed"] else "FAILED") + f" at {comp['tolerance_pp']} pp"
                          + (f" (failing: {', '.join(comp['failed'])})" if comp["failed"] else ""))
-            if comp["not_comparable"]:
-                lines.append(f"not comparable (no value in {self.path}): {', '.join(comp['not_comparable'])}; "
-                             f"samples can carry meta.subtype and meta.returns_info / meta.gold")
+            if comp["skipped"]:
+                lines.append("skipped (not compared, no quotas):")
+                lines += [f"  {x['feature']}: {x['reason']}" for x in comp["skipped"]]
             if comp["quotas"]:
                 lines.append(f"quotas to reach N={comp['size']} (scarcest first):")
                 lines += [f"  add {q['need']:>6} with {q['feature']} = {q['bin']} (have {q['have']}, target "
@@ -104,14 +105,17 @@ def _extractor_factory(inp: HistogramInput, ctx: Context):
 def histogram(inp: HistogramInput, ctx: Context) -> HistogramOutput:
     """Structural histogram of a task or SFT-sample set, optionally compared with a target (the
     benchmark's items, or a histogram saved earlier with --save). Feature sets: chat/QA (turns, system
-    prompt, prompt and answer length buckets in characters or tokens of --tokenizer, answer format) and
-    tool-use (tool calls, distinct tools, writes per task with read/write from --tool-kinds or the verbs in
-    the tool name, share with >= 2 writes, share returning information, tool mix, sub-type mix), plus
-    --custom python:module:function features. Compare gives per-bin gaps in percentage points, the
-    total-variation distance per feature, pass/fail (a feature fails when any bin's |gap| exceeds the
-    tolerance, default from the rules profile), numeric means, and quotas: how many samples of each bin
-    to add to reach the target's distribution at final size N, scarcest first. Records the result in the
-    file's data manifest in state. Match the benchmark's structure down to sub-types before training."""
+    prompt, prompt and answer length buckets in characters or tokens of --tokenizer, answer format, sub-type
+    mix) and tool-use (tool calls, distinct tools, writes per task with read/write from --tool-kinds or the
+    verbs in the tool name, share with >= 2 writes, share returning information, tool mix, sub-type mix),
+    plus --custom python:module:function features. The sub-type is the records' own label (`subtype`, or a
+    sample's `meta.subtype`). Compare covers only the features both sides carry and measure alike (a task's
+    answer is its gold answer, a sample's the whole response); the rest are listed as skipped, with the
+    reason, and get no quotas. Per compared feature: gaps per bin in percentage points, the total-variation
+    distance, pass/fail (a feature fails when any bin's |gap| exceeds the tolerance, default from the rules
+    profile), numeric means, and quotas: how many samples of each bin to add to reach the target's
+    distribution at final size N, scarcest first. Records the result in the file's data manifest in state.
+    Match the benchmark's structure down to sub-types before training."""
     path = ctx.path(inp.path, must_exist=True, what="data file")
     make = _extractor_factory(inp, ctx)
     target = None
@@ -154,7 +158,7 @@ def histogram(inp: HistogramInput, ctx: Context) -> HistogramOutput:
         if comparison:
             result.update({
                 "target": str(inp.target), "tolerance_pp": tolerance, "passed": comparison["passed"],
-                "failed": comparison["failed"], "not_comparable": comparison["not_comparable"],
+                "failed": comparison["failed"], "skipped": comparison["skipped"],
                 "size": comparison["size"],
                 "tv": {k: v["tv"] for k, v in comparison["features"].items()},
                 "quotas": comparison["quotas"][:50],

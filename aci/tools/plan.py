@@ -17,6 +17,7 @@ from aci.evaluation.command import translate
 from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
 from aci.state import iso, now
+from aci.training import gates as train_gates
 
 _FAMILIES = ("qwen", "llama", "gemma", "smollm", "mistral", "phi")
 
@@ -37,6 +38,8 @@ class PlanInput(ToolInput):
     profile: Literal["posttrainbench", "default"] | None = Field(None, description="rules profile (init)")
     targets: list[records.Target] | None = Field(None, description='targets, e.g. [{"metric": "accuracy", "value": 0.6}]')
     notes: str | None = Field(None, description="free text kept on the card")
+    reference: str | None = Field(None, description="the benchmark's test items that contamination checks count "
+                                                    "against (pinned with its sha256; else the first check's)")
     force: bool = Field(False, description="with init: replace an existing run card")
 
 
@@ -181,6 +184,8 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
             if not inp.budget_hours:
                 card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
         card["protected"] = _protected_digests(ctx, rules.protected())
+        if "reference" in card:
+            card["reference"] = train_gates.pin_reference(ctx, card["reference"], None)
         warnings += _check_fields(ctx, card)
         model = records.RunCard.model_validate(card)
         with ctx.state.event("plan", f"run card: {card['base_model']} on {card['benchmark']}", tool="plan", data=typed) as w:
@@ -191,6 +196,8 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
             raise ACIError("plan update needs at least one field to change")
         if "profile" in fields and fields["profile"] != card.get("profile"):
             raise ACIError("the rules profile is fixed at init; re-init with force=true to change it")
+        if "reference" in fields:
+            fields["reference"] = train_gates.pin_reference(ctx, fields["reference"], card.get("reference"))
         card.update({k: (v if k != "targets" else [t for t in v]) for k, v in fields.items()})
         warnings += _check_fields(ctx, card)
         model = records.RunCard.model_validate(card)

@@ -50,8 +50,11 @@ class RunTrajectoryOutput(ToolOutput):
             lines += _metric_lines(self.metrics)
         if self.export:
             e = self.export
-            lines.append(f"export (reward >= {e['min_reward']}): {e['kept']} kept -> {e['kept_file']}, "
+            capped = f" ({e['capped']} over --max-per-task {e['max_per_task']} left out)" if e.get("capped") else ""
+            lines.append(f"export (reward >= {e['min_reward']}): {e['kept']} kept{capped} -> {e['kept_file']}, "
                          f"{e['failed']} failed -> {e['failed_file']}")
+            if e.get("unsolved_file"):
+                lines.append(f"{e['unsolved']} tasks without a kept sample -> {e['unsolved_file']} (roll them again)")
         lines += [f"next: {n}" for n in self.next]
         return "\n".join(lines)
 
@@ -139,7 +142,7 @@ def run_trajectory(inp: RunTrajectoryInput, ctx: Context) -> RunTrajectoryOutput
         return RunTrajectoryOutput(action="status", job=job)
     cfg = saved(ctx, inp.out, inp.action)
     if inp.action == "export":
-        cfg = cfg.model_copy(update={"min_reward": inp.min_reward})
+        cfg = cfg.model_copy(update={"min_reward": inp.min_reward, "max_per_task": inp.max_per_task})
         m, exported = runner.summarise(cfg)
         return RunTrajectoryOutput(action="export", out=cfg.out, job=job, metrics=m.model_dump(mode="json"),
                                    export=exported.model_dump(mode="json"))

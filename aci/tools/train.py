@@ -18,7 +18,8 @@ from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.training import prepare
+from aci.state import read_json
+from aci.training import chance, prepare
 from aci.training.request import TrainRequest
 
 
@@ -27,7 +28,7 @@ class TrainInput(ToolInput, TrainRequest):
         "status", description="start a job; status of one (default the latest); stop one; list all; dry-run = "
                               "every check of start without launching")
     job: str | None = Field(None, description="job id (status, stop)")
-    concurrent: bool = Field(False, description="start even though another train job is running")
+    concurrent: bool = Field(False, description="start even though another train or eval job holds the GPU")
     grace_s: float = Field(60, ge=0, description="stop: seconds to save a last checkpoint before SIGKILL")
     log_lines: int = Field(0, ge=0, le=500, description="status: include this many log lines")
     note: str | None = Field(None, description="why this run (kept in the journal)")
@@ -79,11 +80,15 @@ def _status(inp: TrainInput, ctx: Context) -> TrainOutput:
     ckpts = [e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "registered" and e.get("job") == job_id]
     log = jobs.tail(Path(view.folder) / "log", inp.log_lines) if inp.log_lines else None
     nxt = []
+    p = view.progress
+    rate = (read_json(Path(view.folder) / "config.json") or {}).get("learning_rate")
+    note = chance.advice(p.get("first_loss"), p.get("vocab_size"), rate)
+    warnings = [note] if note else []
     if ckpts:
         nxt.append(f"eval-checkpoint --checkpoint {ckpts[-1]['checkpoint']}")
     if view.status == "running":
         nxt.append(f"train status --job {job_id} (progress is updated every few seconds)")
-    return TrainOutput(action="status", job=view, checkpoints=ckpts, log=log, next=nxt)
+    return TrainOutput(action="status", job=view, checkpoints=ckpts, log=log, warnings=warnings, next=nxt)
 
 
 @tool("train", title="Training jobs (SFT, LoRA, GRPO)", destructive=False)
@@ -99,16 +104,20 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
     grpo: --data holds task records; each completion is rewarded by the task's grader (or --grader).
 
     Refusals name their rule: no-test-data (the data file needs a passing contamination result for its
-    current content under the posttrainbench rules), forbidden-datasets (file name or --source banned),
+    current content under the posttrainbench rules), forbidden-datasets (file name or --sources banned),
     base-model-only (the model must be the base or a checkpoint descending from it), eval-template (the
     template must be the run card's and render the data), final-reserve (at measured or declared
     --tokens-per-s the run must end before the deadline minus the reserve; the refusal suggests a
-    max_steps that fits). Also refused: data with no assistant tokens, every sample truncated, a second
-    concurrent train job (unless --concurrent). A running job saves and stops itself at the reserve.
+    max_steps that fits). Also refused: data with no assistant tokens, every sample truncated, a job
+    while another train or eval job holds the GPU (unless --concurrent). A running job saves and stops
+    itself at the reserve.
 
     status [--job ID]: step, total, loss, learning rate, tokens/s, ETA, checkpoints; a failed job's log
     tail. stop --job ID: saves a last checkpoint, then ends the job. dry-run [--measure-steps N]: the
-    checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate)."""
+    checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate); with
+    --measure-steps a job first finds the largest micro-batch that fits (gradient checkpointing only if
+    needed), then measures tokens/s at it; start uses that split and rate. With CUDA, SFT packs samples
+    into rows (each attending only to itself) unless --no-packing."""
     if inp.action == "list":
         jobs.reap(ctx.state)
         return TrainOutput(action="list", jobs=jobs.list_jobs(ctx.state, kind="train"))
@@ -120,11 +129,8 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
         view = jobs.stop(ctx.state, inp.job, grace_s=inp.grace_s)
         return _status(inp.model_copy(update={"job": view.id}), ctx).model_copy(update={"action": "stop"})
     jobs.reap(ctx.state)
-    if inp.action == "start" and not inp.concurrent:
-        running = [j.id for j in jobs.active(ctx.state) if j.kind == "train"]
-        if running:
-            raise ACIError(f"train job {running[0]} is still running: `aci train stop --job {running[0]}`, wait "
-                           f"for it, or pass --concurrent (two jobs share the GPU)")
+    if inp.action == "start" and not inp.concurrent and jobs.gpu_busy(ctx.state):
+        raise ACIError(jobs.gpu_busy(ctx.state))
     job_id = jobs.new_id("train")
     cfg, report, warnings, probe = prepare.checks(inp, ctx, job_id, inp.action)
     if inp.action == "dry-run":

@@ -1,8 +1,8 @@
 """The trainer callback that ties a TRL run to the run's state.
 
-* progress (step, total, loss, learning rate, tokens/s, ETA) goes to the job's `progress.json`, at every
-  log and at most every `PROGRESS_EVERY_S` seconds in between, so `train status` is current but a fast
-  loop is not slowed by disk writes;
+* progress (step, total, loss and the first loss, learning rate, tokens/s, ETA, the model's vocabulary
+  size) goes to the job's `progress.json`, at every log and at most every `PROGRESS_EVERY_S` seconds in
+  between, so `train status` is current but a fast loop is not slowed by disk writes;
 * each checkpoint is registered in `checkpoints.jsonl` the moment the trainer has written it (and, for
   LoRA, optionally saved merged first), so `eval-checkpoint` can pick it up while training goes on;
 * the job saves and stops by itself at `stop_at` (deadline minus the final reserve), and on SIGTERM
@@ -46,22 +46,27 @@ class JobCallback(TrainerCallback):
             self.written = t
             jobs.write_progress(self.progress)
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.t0 = time.monotonic()
         self.training = True
         if state.is_world_process_zero:
-            self.write(force=True, phase="training", total_steps=state.max_steps, started_training_at=iso())
+            vocab = getattr(getattr(model, "config", None), "vocab_size", None)  # the span of the softmax
+            self.write(force=True, phase="training", total_steps=state.max_steps, started_training_at=iso(),
+                       **({"vocab_size": vocab} if isinstance(vocab, int) else {}))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or self.t0 is None:
             return
         elapsed = time.monotonic() - self.t0
         fields = {k: logs[k] for k in ("loss", "learning_rate", "reward", "grad_norm") if k in logs}
-        tokens = logs.get("num_tokens") or getattr(state, "num_input_tokens_seen", 0) or 0
+        # the trainer's own count when the job asks for it (packed rows: TRL counts one row per batch)
+        tokens = getattr(state, "num_input_tokens_seen", 0) or logs.get("num_tokens") or 0
         if tokens and elapsed > 0:
             fields.update(tokens=int(tokens), tokens_per_s=round(tokens / elapsed, 1))
-        if not fields or "train_runtime" in logs:  # the trainer's closing summary: nothing new
+        if not fields or "train_loss" in logs:  # the closing summary (train_runtime is in every log counting tokens)
             return
+        if "loss" in fields and "first_loss" not in self.progress:  # `aci.training.chance` reads it
+            fields.update(first_loss=fields["loss"], first_loss_step=state.global_step)
         self.write(force=True, **fields, **self._timing(state, elapsed))
         print(f"[aci] step {state.global_step}/{state.max_steps} " +
               " ".join(f"{k}={v}" for k, v in fields.items()), flush=True)

@@ -30,7 +30,8 @@ class Schedule(_Strict):
 
     max_length: int = Field(2048, ge=8, description="tokens per sequence (longer samples are truncated); "
                                                     "grpo: prompt limit")
-    packing: bool = Field(False, description="pack several samples per sequence (fast with flash attention)")
+    packing: bool | None = Field(None, description="pack samples into rows of max_length, each attending only to "
+                                                   "itself (default: on with CUDA where the model supports it)")
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1, description="optimizer steps (overrides epochs)")
     lr_scheduler: str = Field("cosine", description="transformers scheduler name: cosine, linear, constant, ...")
@@ -87,6 +88,8 @@ class TrainConfig(Schedule):
     grpo: GrpoSettings | None = None
     stop_at: str | None = Field(None, description="ISO time the job saves and stops at (deadline minus reserve)")
     measure: bool = Field(False, description="a throughput measurement: no checkpoints are saved")
+    find_batch: bool = Field(False, description="measurement: first find the largest micro-batch that fits "
+                                                "(aci.training.batch), keeping batch_size x grad_accum")
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")

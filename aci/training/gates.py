@@ -4,7 +4,9 @@
   chain ends at `base` and whose folder still has the content it was registered with;
 * `forbidden-datasets`: neither the data file nor its declared source is on the profile's banned list;
 * `no-test-data`: under a profile that requires it, the data file has a passing contamination result in
-  state *for its current content* (the manifest is pinned to the file's hash);
+  state *for its current content* (the manifest is pinned to the hash of the bytes scanned), in mode
+  `simple`, against the run card's pinned reference with at least one item indexed; the job then
+  trains only on bytes with that hash (`aci.training.data.pinned_content`);
 * `eval-template`: the template is the one the evaluation renders (the run card's) and renders the data;
 * `final-reserve`: the run, at measured or declared throughput, ends before the deadline minus reserve.
 
@@ -72,27 +74,75 @@ def resolve_model(ctx: Context, model: str) -> Source:
     return Source(model, path, bool(entry.get("adapter")) and path != merged)
 
 
-def check_data(ctx: Context, path: Path, source: str | None) -> None:
-    """Banned names first (cheap), then the contamination result pinned to the file's current hash."""
-    for name in filter(None, [source, path.name, str(path)]):
+def check_data(ctx: Context, path: Path, sources: list[str]) -> str:
+    """Banned names first (the file's name and declared sources, not the folders above it), then the
+    contamination result for the file's current bytes. Returns the sha256 the job must train on."""
+    for name in filter(None, [*sources, path.name]):
         ctx.rules.check_dataset_name(name)
     recorded = manifest.read(ctx.state, path)
     for name in filter(None, [(recorded or {}).get(k) for k in ("source", "dataset")]):
         ctx.rules.check_dataset_name(str(name))
+    digest = manifest.file_hash(path)
     if not ctx.rules.profile.contamination.required_before_training:
-        return
-    current = manifest.current(ctx.state, path)
-    verdict = ((current or {}).get("contamination") or {}).get("verdict")
-    if verdict == "pass":
-        return
+        return digest
+    current = recorded if recorded and recorded.get("sha256") == digest else None
     if current is None and recorded and recorded.get("contamination"):
         detail = f"{path.name} changed since its contamination check (hash differs)"
-    elif verdict:
-        detail = f"{path.name} failed its contamination check (verdict {verdict!r})"
     else:
-        detail = f"{path.name} has no contamination result in state"
+        closed = contamination_gate(ctx, (current or {}).get("contamination"))
+        if closed is None:
+            return digest
+        detail = f"{path.name} {closed}"
     raise ctx.rules.refuse("no-test-data", f"{detail}; run `aci contamination` on this exact file and train "
                                            f"only on data that passes")
+
+
+def contamination_gate(ctx: Context, result: dict | None) -> str | None:
+    """Why a contamination result does not let its file be trained on (None: it does). Only a pass of
+    the judges' algorithm (mode simple), against the run card's pinned reference with items indexed,
+    counts: a pass against anything else proves nothing about the benchmark."""
+    if not result or not result.get("verdict"):
+        return "has no contamination result in state"
+    if result["verdict"] != "pass":
+        return (f"failed its contamination check ({result.get('flagged', '?')} flagged rows, "
+                f"{result.get('tolerated_rows', '?')} tolerated)")
+    if result.get("mode") != "simple":
+        return f"passed in mode {result.get('mode')}, not the judges' algorithm (mode simple)"
+    if not result.get("indexed_references"):
+        return "passed against a reference with no item long enough to judge (0 indexed)"
+    pin = (ctx.card or {}).get("reference")
+    if not pin:
+        return "was checked, but no benchmark reference is pinned in the run card (`aci plan update --reference`)"
+    if result.get("reference_sha256") != pin["sha256"]:
+        return (f"passed against {result.get('reference')}, not the run card's pinned reference {pin['path']} "
+                f"(sha256 {pin['sha256'][:12]})")
+    return None
+
+
+def pin_at_first_check(ctx: Context, path: Path, sha256: str) -> dict | None:
+    """The run card's pinned reference; a run card without one pins `path` (the first check's)."""
+    card = ctx.card
+    if not card or card.get("reference"):
+        return (card or {}).get("reference")
+    pin = {"path": str(path), "sha256": sha256}
+    model = records.RunCard.model_validate({**card, "reference": pin})
+    with ctx.state.event("plan", f"reference pinned at the first contamination check: {path} (sha256 "
+                                 f"{sha256[:12]})", tool="contamination") as w:
+        w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
+    ctx.forget()
+    return pin
+
+
+def pin_reference(ctx: Context, given: str, old: dict | None) -> dict:
+    """The run card's `reference` entry ({path, sha256}) for the benchmark's test items. A pinned
+    reference (`old`) is not replaced under a strict profile: every contamination verdict is judged
+    against it."""
+    path = ctx.path(given, must_exist=True, what="reference")
+    pin = {"path": str(path), "sha256": manifest.file_hash(path)}
+    if old and old != pin and ctx.rules.strict:
+        raise ctx.rules.refuse("no-test-data", f"the run card already pins the reference {old['path']} (sha256 "
+                                               f"{old['sha256'][:12]}); it cannot be replaced under these rules")
+    return pin
 
 
 def resolve_template(ctx: Context, given: str | None) -> Path | None:

@@ -19,8 +19,8 @@ from aci import jobs, manifest
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
+from aci.training import batch, chance, gates, hardware
 from aci.training import config as config_mod
-from aci.training import gates
 from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
 from aci.training.request import LORA_TARGETS, TrainRequest
 
@@ -115,8 +115,9 @@ def check_graders(req: TrainRequest, ctx: Context, raw_tasks: list[str]) -> None
 
 
 def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, template_path: Path | None,
-               deepspeed: str | None, rows: int) -> TrainConfig:
-    """The job's config from a checked request: request settings as given, defaults resolved, paths absolute."""
+               deepspeed: str | None, rows: int, data_sha256: str) -> TrainConfig:
+    """The job's config from a checked request: request settings as given, defaults resolved, paths absolute,
+    and the hash of the data the gates passed (the job trains only on bytes with that hash)."""
     data = Path(req.data)
     stop_at = ctx.clock.deadline - ctx.clock.reserve if ctx.clock.deadline else None
     use_vllm = req.use_vllm if req.use_vllm is not None else importlib.util.find_spec("vllm") is not None and _cuda()
@@ -124,7 +125,7 @@ def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, 
         **req.model_dump(include=set(config_mod.Schedule.model_fields)),
         method=req.method, job=job_id, state=str(ctx.state.root), workdir=str(ctx.workdir),
         output_dir=str(ctx.workdir / "checkpoints" / job_id), model_path=src.path, model_adapter=src.adapter,
-        parent=src.checkpoint, data=str(data), data_sha256=manifest.file_hash(data), data_rows=rows,
+        parent=src.checkpoint, data=str(data), data_sha256=data_sha256, data_rows=rows,
         template=str(template_path) if template_path else None,
         template_sha256=manifest.file_hash(template_path) if template_path else None,
         template_kwargs=req.template_kwargs or {}, profile=ctx.rules.name,
@@ -146,7 +147,7 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
         raise ACIError(f"{action} needs --data (a JSONL file of {'SFT samples' if req.method == 'sft' else 'tasks'})")
     data_path = ctx.path(req.data, must_exist=True, what="data")
     req = req.model_copy(update={"data": str(data_path)})
-    gates.check_data(ctx, data_path, req.source)
+    data_sha256 = gates.check_data(ctx, data_path, req.sources)
     src = gates.resolve_model(ctx, req.model)
     template_path = gates.resolve_template(ctx, req.template)
     deepspeed = deepspeed_config(req, ctx)
@@ -158,10 +159,11 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
     from aci.training.data import count_rows
 
     rows = count_rows(data_path)
-    cfg = job_config(req, ctx, job_id, src, template_path, deepspeed, rows)
+    cfg = job_config(req, ctx, job_id, src, template_path, deepspeed, rows, data_sha256)
     seq_per_sample = report["sequences"] / report["samples_checked"]
     if req.method == "sft":
-        report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=req.packing,
+        packing = req.packing if req.packing is not None else hardware.cuda_likely()  # the job decides for real
+        report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=packing,
                                         max_length=req.max_length, batch=req.batch_size, grad_accum=req.grad_accum,
                                         processes=req.num_gpus, epochs=req.epochs, max_steps=req.max_steps)
     else:
@@ -180,8 +182,23 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
     probe = None
     rate, source = (req.tokens_per_s, "declared") if req.tokens_per_s else (None, "")
     if action == "dry-run" and req.measure_steps:
-        rate, probe = measure(ctx, cfg, req.measure_steps)
+        rate, probe = measure(ctx, cfg, req.measure_steps, find_batch=req.find_batch)
         source = f"measured now by job {probe.id}"
+        found = probe.progress.get("batch") or {}
+        report["batch"] = {**found, "source": f"measured now by job {probe.id}"}
+        report["first_loss"] = probe.progress.get("first_loss")
+        note = chance.advice(report["first_loss"], probe.progress.get("vocab_size"), cfg.learning_rate)
+        if note:
+            warnings.append(note)
+    else:
+        hit = batch.measured(ctx.state, cfg.model_dump(mode="json")) if req.find_batch else None
+        found = hit[0] if hit else {}
+        if hit:
+            report["batch"] = {**found, "source": f"measured by job {hit[1]}"}
+    if req.find_batch and found.get("searched"):  # the split that fits; the batch per step stays as asked
+        cfg = cfg.model_copy(update={"batch_size": found["micro_batch"], "grad_accum": found["grad_accum"],
+                                     "gradient_checkpointing": found["gradient_checkpointing"]
+                                     if req.gradient_checkpointing is None else req.gradient_checkpointing})
     if rate is None:
         rate, source = gates.measured_rate(ctx, cfg.method, cfg.model_path, cfg.lora is not None)
     tokenize_s = report.pop("tokenize_s_per_row") * report["rows"]
@@ -198,21 +215,27 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def launch(ctx: Context, cfg: TrainConfig, message: str, exclusive: bool = False) -> JobView:
-    """Start the job (`python -m aci.training.run CONFIG`, under `accelerate launch` for several GPUs);
-    `exclusive` refuses it, under the state lock, while another train job runs."""
-    config_path = jobs.job_dir(ctx.state, cfg.job) / "config.json"
+def command(cfg: TrainConfig, config_path: Path) -> list[str]:
+    """`python -m aci.training.run CONFIG`, under `accelerate launch` for several GPUs (DeepSpeed, when asked,
+    is set up by the trainer from the config's `deepspeed` file)."""
     launcher = ["-m", "accelerate.commands.launch", "--num_processes", str(cfg.num_processes)] \
         if cfg.num_processes > 1 else []
-    command = [sys.executable, *launcher, "-m", "aci.training.run", str(config_path)]
-    return jobs.start(ctx.state, "train", command, cfg.model_dump(mode="json"), cwd=ctx.workdir, job_id=cfg.job,
-                      message=message, exclusive=exclusive)
+    return [sys.executable, *launcher, "-m", "aci.training.run", str(config_path)]
 
 
-def measure(ctx: Context, cfg: TrainConfig, steps: int) -> tuple[float | None, JobView]:
-    """Run `steps` steps as a real job (no checkpoints) and return its measured tokens/s."""
+def launch(ctx: Context, cfg: TrainConfig, message: str, exclusive: bool = False) -> JobView:
+    """Start the job as a supervised process (`aci.jobs`); `exclusive` refuses it, under the state lock,
+    while another train job runs."""
+    config_path = jobs.job_dir(ctx.state, cfg.job) / "config.json"
+    return jobs.start(ctx.state, "train", command(cfg, config_path), cfg.model_dump(mode="json"), cwd=ctx.workdir,
+                      job_id=cfg.job, message=message, exclusive=exclusive)
+
+
+def measure(ctx: Context, cfg: TrainConfig, steps: int, find_batch: bool = False) -> tuple[float | None, JobView]:
+    """Run `steps` steps as a real job (no checkpoints) and return its measured tokens/s; with `find_batch`
+    the job first searches the largest micro-batch that fits (its progress `batch` holds the plan)."""
     probe = cfg.model_copy(update={"job": jobs.new_id("train"), "measure": True, "max_steps": steps,
-                                   "logging_steps": 1, "stop_at": None})
+                                   "logging_steps": 1, "stop_at": None, "find_batch": find_batch})
     probe = probe.model_copy(update={"output_dir": str(ctx.workdir / "checkpoints" / probe.job)})
     view = launch(ctx, probe, f"throughput measurement ({steps} steps) for {cfg.method} of {cfg.model_path}")
     end = time.monotonic() + MEASURE_TIMEOUT_S

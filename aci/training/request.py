@@ -32,8 +32,8 @@ class TrainRequest(Schedule):
                                                               "records rewarded by their grader")
     data: str | None = Field(None, description="JSONL/JSON file: SFT samples (messages, prompt/completion, "
                                                "question/answer) or, for grpo, task records")
-    source: str | None = Field(None, description="where the data came from (hub id or URL), checked against "
-                                                 "the banned datasets")
+    sources: list[str] = Field(default_factory=list, description="where the data came from (hub ids or URLs), "
+                                                                "checked against the banned datasets")
     model: str = Field("base", description="checkpoint to train from: 'base' or a registered id "
                                            "'<job>/checkpoint-<step>' (or a path to either)")
     template: str | None = Field(None, description="chat template .jinja (default: the run card's; else the "
@@ -63,6 +63,8 @@ class TrainRequest(Schedule):
     measure_steps: int = Field(0, ge=0, le=100, description="dry-run: run this many steps as a job to measure "
                                                             "throughput (recorded for later estimates)")
     check_samples: int = Field(64, ge=1, le=5000, description="samples rendered and tokenized by the checks")
+    find_batch: bool = Field(True, description="run the largest micro-batch that fits, as measured by `dry-run "
+                                               "--measure-steps` (batch_size x grad_accum per step stays)")
 
     @property
     def rate(self) -> float:

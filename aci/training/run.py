@@ -9,14 +9,16 @@ that were renamed are translated in `make_args`.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import gc
 import inspect
+import json
 import sys
 from pathlib import Path
 
 from aci import jobs, templates
+from aci.errors import ACIError
 from aci.training import config as config_mod
-from aci.training import data
+from aci.training import data, hardware
 from aci.training.config import TrainConfig
 
 
@@ -37,12 +39,28 @@ def make_args(cls, **kw):
 
 
 def load_model(cfg: TrainConfig, cuda: bool):
+    """The model in bf16 with CUDA (fp32 on CPU), with the fastest attention kernel installed; a model that
+    refuses that kernel loads with transformers' default instead."""
     import torch
+
+    kw: dict = {"dtype": torch.bfloat16 if cuda else torch.float32}
+    attn = hardware.attention(cuda, torch.cuda.get_device_capability() if cuda else None)
+    if attn:
+        kw["attn_implementation"] = attn
+    try:
+        return _from_pretrained(cfg, kw)
+    except (ImportError, ValueError) as e:
+        if not attn:
+            raise
+        print(f"[aci] {attn} unavailable for this model ({type(e).__name__}: {e}); loading with the default "
+              f"attention", flush=True)
+        kw.pop("attn_implementation")
+        return _from_pretrained(cfg, kw)
+
+
+def _from_pretrained(cfg: TrainConfig, kw: dict):
     from transformers import AutoModelForCausalLM
 
-    kw = {"dtype": torch.bfloat16 if cuda else torch.float32}
-    if cuda and importlib.util.find_spec("flash_attn") is not None:
-        kw["attn_implementation"] = "flash_attention_2"
     if cfg.model_adapter:  # a LoRA checkpoint: merge it into its base, then train the result
         from peft import AutoPeftModelForCausalLM
 
@@ -63,14 +81,15 @@ def set_end_of_turn(model, tokenizer, token: str | None) -> None:
         model.generation_config.eos_token_id = [*eos, tid]
 
 
-def common_args(cfg: TrainConfig, cuda: bool) -> dict:
-    gc = cuda if cfg.gradient_checkpointing is None else cfg.gradient_checkpointing
+def common_args(cfg: TrainConfig, cuda: bool, speed: hardware.Speed) -> dict:
+    gc = speed.gradient_checkpointing
     return dict(
         output_dir=cfg.output_dir, num_train_epochs=cfg.epochs, max_steps=cfg.max_steps or -1,
         learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler, warmup_ratio=cfg.warmup_ratio,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         gradient_checkpointing=gc, gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
-        bf16=cuda, use_cpu=not cuda, save_strategy="no" if cfg.measure else "steps", save_steps=cfg.save_steps,
+        bf16=speed.bf16, use_cpu=not cuda, use_liger_kernel=speed.liger,
+        save_strategy="no" if cfg.measure else "steps", save_steps=cfg.save_steps,
         save_only_model=True, logging_steps=cfg.logging_steps, report_to="none", seed=cfg.seed,
         deepspeed=cfg.deepspeed, disable_tqdm=True,
     )
@@ -85,43 +104,97 @@ def lora_config(cfg: TrainConfig):
                       target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
 
 
-def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool):
+_ENCODED: dict[tuple, tuple] = {}
+
+
+def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, content: bytes):
+    """The TRL trainer for `cfg`, and the speed settings it runs with."""
     model = load_model(cfg, cuda)
     if "token_type_ids" not in inspect.signature(model.forward).parameters:  # e.g. a generic fast tokenizer
         tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
+    speed = hardware.decide(model, cuda=cuda, packing=cfg.packing, gradient_checkpointing=cfg.gradient_checkpointing,
+                            method=cfg.method)
+    print(f"[aci] speed: {speed.report()}", flush=True)
     data_path = Path(cfg.data)
     if cfg.method == "sft":
         from trl import SFTConfig, SFTTrainer
 
-        encoded, stats = data.encode_samples(data_path, tokenizer, template, max_length=cfg.max_length,
-                                             kwargs=cfg.template_kwargs)
-        dataset = data.sft_dataset(encoded)
-        print(f"[aci] data: {stats.report()}", flush=True)
-        args = make_args(SFTConfig, **common_args(cfg, cuda), max_length=cfg.max_length, packing=cfg.packing)
-        return SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                          peft_config=lora_config(cfg), callbacks=[callback])
+        key = (cfg.data, cfg.max_length, json.dumps(cfg.template_kwargs, sort_keys=True))
+        if key not in _ENCODED:  # a measurement builds its trainer twice (before and after the batch search)
+            _ENCODED.clear()
+            _ENCODED[key] = data.encode_samples(data_path, tokenizer, template, max_length=cfg.max_length,
+                                                kwargs=cfg.template_kwargs, content=content)
+        encoded, stats = _ENCODED[key]
+        dataset = data.sft_dataset(encoded, pack_to=cfg.max_length if speed.packing else None)
+        print(f"[aci] data: {stats.report()}" + (f", packed into {len(dataset)} rows" if speed.packing else ""),
+              flush=True)
+        packed = {}
+        if speed.packing:  # rows packed and collated here (aci.training.data), used by TRL as they are
+            packed = dict(dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
+                          include_num_input_tokens_seen="non_padding")
+        args = make_args(SFTConfig, **common_args(cfg, cuda, speed), max_length=cfg.max_length, packing=False,
+                         **packed)
+        collator = data.PackedCollator(tokenizer.pad_token_id, flat=speed.packing_flat) if speed.packing else None
+        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                             data_collator=collator, peft_config=lora_config(cfg), callbacks=[callback])
+        return trainer, speed
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     from aci.training.rewards import grader_reward
 
     g = cfg.grpo
-    rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs)
+    rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs, content=content)
     print(f"[aci] prompts: {stats.report()}", flush=True)
     args = make_args(
-        GRPOConfig, **common_args(cfg, cuda), num_generations=g.num_generations,
+        GRPOConfig, **common_args(cfg, cuda, speed), num_generations=g.num_generations,
         max_completion_length=g.max_completion_length, temperature=g.temperature, beta=g.beta,
-        use_vllm=g.use_vllm, **({"vllm_mode": "colocate"} if g.use_vllm else {}),
+        use_vllm=g.use_vllm, **(vllm_settings() if g.use_vllm else {}),
         max_prompt_length=cfg.max_length,  # TRL 0.27 truncates prompts to this; 1.x has no such setting
     )
     reward = grader_reward(g.grader, workdir=Path(cfg.workdir), profile=cfg.profile)
-    return GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
-                       processing_class=tokenizer, peft_config=lora_config(cfg), callbacks=[callback])
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
+                          processing_class=tokenizer, peft_config=lora_config(cfg), callbacks=[callback])
+    return trainer, speed
+
+
+def vllm_settings() -> dict:
+    """GRPO's vLLM in colocate mode (it shares the training GPU); asleep between generations (weights and KV
+    cache released for the optimizer step) where the installed vLLM has sleep mode."""
+    from aci import generation
+
+    return {"vllm_mode": "colocate", "vllm_enable_sleep_mode": generation.vllm_sleeps()}
+
+
+def find_batch(cfg: TrainConfig, trainer, callback) -> TrainConfig:
+    """The measurement's search for the largest micro-batch that fits (`aci.training.batch`): the config
+    with the split found (the probed trainer's optimizer state is released; the caller rebuilds)."""
+    from aci.training import batch
+
+    why = ("grpo: generation dominates its memory" if cfg.method != "sft" else
+           "several processes or DeepSpeed: a single-process trial does not measure their memory"
+           if cfg.num_processes > 1 or cfg.deepspeed else None)
+    if why:
+        callback.progress["batch"] = {"searched": False, "why": why}
+        return cfg
+    callback.write(force=True, phase="sizing")
+    plan = batch.search(cfg.batch_size * cfg.grad_accum, batch.TrainerProbe(trainer), cfg.gradient_checkpointing)
+    print(f"[aci] batch: micro-batch {plan.micro_batch} x {plan.grad_accum} accumulation, gradient checkpointing "
+          f"{plan.gradient_checkpointing}, {plan.tokens_per_s} tokens/s in the trial", flush=True)
+    batch.release(trainer)
+    callback.progress["batch"] = {"searched": True, **plan.report()}
+    return cfg.model_copy(update={"batch_size": plan.micro_batch, "grad_accum": plan.grad_accum,
+                                  "gradient_checkpointing": plan.gradient_checkpointing})
 
 
 def main(argv: list[str]) -> int:
     cfg = config_mod.load(argv[0])
     jobs.write_progress({"phase": "loading", "step": 0, "job": cfg.job})
+    try:
+        content = data.pinned_content(Path(cfg.data), cfg.data_sha256, cfg.profile)
+    except ACIError as e:
+        print(f"[aci] refused: {e}", flush=True)
+        return 2
     import datasets
     import torch
     import transformers
@@ -142,7 +215,18 @@ def main(argv: list[str]) -> int:
     eot = templates.end_of_turn(tokenizer, template, cfg.template_kwargs)
     if eot and cfg.method == "grpo":  # completions end at the end-of-turn token, as at evaluation
         tokenizer.eos_token = eot
-    trainer = build_trainer(cfg, tokenizer, template, callback, cuda)
+    if cfg.find_batch and cfg.gradient_checkpointing is None:
+        cfg = cfg.model_copy(update={"gradient_checkpointing": False})  # the search turns it on if needed
+    trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
+    if cfg.find_batch:
+        cfg = find_batch(cfg, trainer, callback)
+        if callback.progress["batch"]["searched"]:  # the model loads again, for a trainer built for the split
+            trainer = None
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
+            trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
+    callback.progress["speed"] = speed.report()
     set_end_of_turn(trainer.model, tokenizer, eot)
     trainer.train()
     return 0

@@ -1,39 +1,62 @@
-# posttrain-aci inside a PostTrainBench task container: the logic every <agent>/solve.sh shares.
+# posttrain-aci inside a PostTrainBench task container: what every <agent>/solve.sh shares.
 #
-# A solve.sh sets ACI_AGENT (claude-code, codex or opencode), sources this file, calls `aci_setup`, then
-# starts its agent CLI with "$ACI_PROMPT". The harness provides PROMPT and AGENT_CONFIG and starts us in
-# the task folder (evaluate.py, templates/, timer.sh). `aci_setup`:
-#   1. makes a venv of our own that sees the container's packages (--system-site-packages, plus the
-#      harness interpreter's own site-packages when that interpreter is itself a venv);
-#   2. installs posttrain-aci into it with --no-deps, then its core requirements under a constraints
-#      file of every package the container already has (falling back to pinning only the ML stack), so
-#      the container's torch/transformers/trl/... are reused, never upgraded; nothing is installed into
-#      the container's own environment, which the final evaluation uses;
-#   3. checks that the ML stack's versions are unchanged, in the container and as our venv sees them,
-#      and stops loudly otherwise;
-#   4. runs `aci install $ACI_AGENT` and `aci plan init --profile posttrainbench` (model and benchmark
-#      from the harness prompt, the deadline from timer.sh), and links `aci` into ~/.local/bin;
-#   5. sets ACI_PROMPT: the harness prompt plus one line pointing to the entry skill.
+# The harness copies only agents/<name>/solve.sh into the container (as ~/agent_solve.sh) and runs it
+# with bash in the task folder, with PROMPT and AGENT_CONFIG set. A solve.sh sets ACI_AGENT (claude-code,
+# codex or opencode), sources this file (pack.sh inlines it), calls `aci_setup PROMPT`, then
+# `aci_run_agent CLI ARGS... "$ACI_PROMPT"`.
 #
-# Settings (environment): ACI_PACKAGE what to install (a wheel, a source folder or a requirement;
-# default: the wheel packed into this script by pack.sh, else the checkout this file belongs to, else
-# posttrain-aci from PyPI); ACI_HOME where the venv goes (default ~/.posttrain-aci); ACI_PYTHON the
-# container's interpreter (default python on PATH); ACI_BASE_MODEL / ACI_BENCHMARK when the prompt
-# does not name them.
-
-set -euo pipefail
+# The agent always starts. `aci_setup` never fails: it runs the setup steps in a child shell under a time
+# limit (ACI_SETUP_TIMEOUT seconds), logs them to $ACI_HOME/setup.log and to stderr (the harness's
+# solve_out.txt), and sets ACI_PROMPT to the prompt it was given, plus one line pointing at the skill,
+# the `aci` command and that log only when the bundle works (every step up to `aci install` passed).
+# The setup steps:
+#   1. a venv of our own that sees the container's packages: `python -m venv --without-pip
+#      --system-site-packages`, or, where the venv module is missing (Ubuntu's python3.10 without
+#      python3-venv), the same layout written by hand (bin/python and pyvenv.cfg); plus the container
+#      interpreter's own site-packages when that interpreter is itself a venv. Nothing is installed
+#      into the container's environment;
+#   2. pip: the pip wheel packed into this script by pack.sh, run as `python pip.whl/pip` (the image
+#      has no pip), else the container's pip, else uv;
+#   3. posttrain-aci with --no-deps (the wheel packed into this script, else ACI_PACKAGE, else this
+#      checkout), then its requirements under constraints of every package the container already
+#      has (falling back to pinning only the ML stack), so torch/transformers/trl/... are reused;
+#   4. the ML stack's versions, as the container and our venv see them, must be unchanged;
+#   5. `aci install $ACI_AGENT` (skills, MCP registration, pointer file) and a link in ~/.local/bin;
+#      then, not required for the pointer, `aci plan init --profile posttrainbench` with the model and
+#      benchmark read from the prompt (escaped or plain backticks) and the deadline from timer.sh.
+#
+# `aci_run_agent` runs the agent as a child. When it exits, on TERM or INT, or 3 minutes after the
+# timer's deadline (ACI_STOP_AFTER_DEADLINE; before the harness kills the container at +5 minutes and
+# nothing could clean up), it stops the agent and takes out everything `aci install` wrote (pointer,
+# skills, .aci/, registrations): the integrity judges run afterwards in the same folder and HOME and
+# would read them as instructions. state/ (the run's history) and the venv stay.
+#
+# Settings (environment): ACI_PACKAGE (a wheel, a source folder or a requirement), ACI_HOME (default
+# ~/.posttrain-aci), ACI_PYTHON (default python, else python3, on PATH), ACI_BASE_MODEL and
+# ACI_BENCHMARK (when the prompt does not name them), ACI_SETUP_TIMEOUT (default 900 s),
+# ACI_STOP_AFTER_DEADLINE (default 180 s; 0 never stops the agent).
 
 ACI_STACK="torch transformers trl peft vllm accelerate datasets tokenizers safetensors flash-attn lm-eval"
 ACI_HOME="${ACI_HOME:-$HOME/.posttrain-aci}"
 ACI_VENV="$ACI_HOME/venv"
-ACI_PYTHON="${ACI_PYTHON:-$(command -v python || command -v python3)}"
+ACI_LOG="$ACI_HOME/setup.log"
+ACI_PYTHON="${ACI_PYTHON:-$(command -v python || command -v python3 || echo python)}"
+ACI_SETUP_TIMEOUT="${ACI_SETUP_TIMEOUT:-900}"
+ACI_STOP_AFTER_DEADLINE="${ACI_STOP_AFTER_DEADLINE:-180}"
 ACI_EVAL_COMMAND='python evaluate.py --model-path {model_path} --limit {limit} --json-output-file {output}'
+ACI_WORKDIR="$PWD"
+ACI_CHECKOUT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." 2> /dev/null && pwd)"  # unpacked use: install it
+export ACI_AGENT ACI_STACK ACI_HOME ACI_VENV ACI_LOG ACI_PYTHON ACI_EVAL_COMMAND ACI_WORKDIR ACI_CHECKOUT
 
 aci_log() { echo "[posttrain-aci] $*" >&2; }
+aci_note() { echo "[posttrain-aci] $*" | tee -a "$ACI_LOG" >&2; }  # the parent's messages, also in the log
 aci_die() {
-    echo "[posttrain-aci] ERROR: $*" >&2
+    echo "[posttrain-aci] setup failed: $*" >&2
     exit 1
 }
+
+# `aci install` scope: Codex reads ~/.codex (config.toml, skills/) wherever it runs.
+aci_scope() { [ "$ACI_AGENT" = codex ] && echo --global; }
 
 # name==version for each ML-stack package the interpreter $1 sees ("absent" when missing).
 aci_versions() {
@@ -47,12 +70,12 @@ for name in sys.argv[1].split():
 PY
 }
 
-# Stop loudly when the ML stack seen by interpreter $2 differs from the snapshot in file $1.
+# Fail when the ML stack seen by interpreter $2 differs from the snapshot in file $1.
 aci_check_versions() {
     local now
     now="$(aci_versions "$2")"
     if [ "$now" != "$(cat "$1")" ]; then
-        aci_die "the ML stack changed (the final evaluation uses it); expected:
+        aci_die "the ML stack changed (the final model must run with it); expected:
 $(cat "$1")
 found with $2:
 $now"
@@ -79,40 +102,56 @@ PY
 }
 
 aci_make_venv() {
-    if ! "$ACI_PYTHON" -m venv --system-site-packages "$ACI_VENV" 2> "$ACI_HOME/venv.log"; then
-        # Debian-style pythons lack ensurepip: make the venv bare; pip then comes from the container.
-        aci_log "python -m venv failed ($(tail -n 1 "$ACI_HOME/venv.log")); making the venv without pip"
+    rm -rf "$ACI_VENV"
+    if ! "$ACI_PYTHON" -m venv --without-pip --system-site-packages "$ACI_VENV" 2> "$ACI_HOME/venv.err"; then
+        aci_log "python -m venv failed ($(tail -n 1 "$ACI_HOME/venv.err")); writing the venv by hand"
         rm -rf "$ACI_VENV"
-        "$ACI_PYTHON" -m venv --system-site-packages --without-pip "$ACI_VENV"
+        "$ACI_PYTHON" - "$ACI_VENV" <<'PY'
+import os, sys
+venv, base = sys.argv[1], getattr(sys, "_base_executable", sys.executable)
+os.makedirs(os.path.join(venv, "bin"))
+os.symlink(base, os.path.join(venv, "bin", "python"))
+with open(os.path.join(venv, "pyvenv.cfg"), "w") as f:
+    f.write(f"home = {os.path.dirname(base)}\ninclude-system-site-packages = true\n"
+            f"version = {'.'.join(map(str, sys.version_info[:3]))}\n")
+PY
     fi
-    # A harness interpreter that is itself a venv is not what --system-site-packages exposes: add its
-    # site-packages after ours, so our venv sees exactly the packages the container's python sees.
     local site
-    site="$("$ACI_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-    "$ACI_PYTHON" -c 'import site, sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))' \
+    site="$("$ACI_VENV/bin/python" -c 'import site, sys
+assert sys.prefix != sys.base_prefix, "not a venv"
+print([p for p in site.getsitepackages() if p.startswith(sys.prefix)][0])')" || aci_die "$ACI_VENV is not a working venv"
+    mkdir -p "$site"
+    # A container interpreter that is itself a venv is not what --system-site-packages exposes: add its
+    # site-packages after ours, so our venv sees exactly the packages the container's python sees.
+    "$ACI_PYTHON" -c 'import sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))' \
         > "$site/_aci_container.pth"
 }
 
-aci_package() {
-    if [ -n "${ACI_PACKAGE:-}" ]; then
-        echo "$ACI_PACKAGE"
-    elif declare -F aci_packed_wheel > /dev/null; then
-        mkdir -p "$ACI_HOME/dist"
-        aci_packed_wheel "$ACI_HOME/dist"
-    elif [ -f "$(dirname "${BASH_SOURCE[0]}")/../../pyproject.toml" ]; then
-        (cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-    else
-        echo posttrain-aci
-    fi
-}
-
 aci_pip() {
-    if "$ACI_VENV/bin/python" -c 'import pip' 2> /dev/null; then
-        "$ACI_VENV/bin/python" -m pip --disable-pip-version-check --no-input "$@"
+    local wheel
+    wheel="$(ls "$ACI_HOME"/dist/pip-*.whl 2> /dev/null | head -n 1)"
+    if [ -n "$wheel" ]; then
+        "$ACI_VENV/bin/python" "$wheel/pip" --disable-pip-version-check --no-input --retries 1 --timeout 30 "$@"
+    elif "$ACI_VENV/bin/python" -c 'import pip' 2> /dev/null; then
+        "$ACI_VENV/bin/python" -m pip --disable-pip-version-check --no-input --retries 1 --timeout 30 "$@"
     elif command -v uv > /dev/null; then
         uv pip "$@" --python "$ACI_VENV/bin/python"
     else
-        aci_die "no pip for $ACI_VENV: the container's python has neither ensurepip nor pip, and uv is missing"
+        aci_die "no pip: none packed into this script (see pack.sh), none in the container, and no uv"
+    fi
+}
+
+aci_package() {
+    local packed
+    packed="$(ls "$ACI_HOME"/dist/posttrain_aci-*.whl 2> /dev/null | head -n 1)"
+    if [ -n "${ACI_PACKAGE:-}" ]; then
+        echo "$ACI_PACKAGE"
+    elif [ -n "$packed" ]; then
+        echo "$packed"
+    elif [ -f "$ACI_CHECKOUT/pyproject.toml" ]; then
+        echo "$ACI_CHECKOUT"
+    else
+        echo posttrain-aci
     fi
 }
 
@@ -120,51 +159,72 @@ aci_install_bundle() {
     local package requirements
     package="$(aci_package)"
     aci_log "installing $package into $ACI_VENV (no dependencies)"
-    aci_pip install -q --no-deps "$package"
-    requirements="$("$ACI_VENV/bin/python" - <<'PY'
-import importlib.metadata as m
+    aci_pip install -q --no-deps "$package" || aci_die "cannot install $package"
+    requirements="$("$ACI_VENV/bin/python" - "$(ls "$ACI_HOME"/dist/pip-*.whl 2> /dev/null | head -n 1)" <<'PY'
+import importlib.metadata as m, sys
+sys.path.append(sys.argv[1])  # the packed pip wheel vendors packaging
 try:
     from packaging.requirements import Requirement
-except ImportError:  # pip always carries it
+except ImportError:
     from pip._vendor.packaging.requirements import Requirement
-for raw in m.requires("posttrain-aci") or []:
+for raw in m.requires("posttrain-aci") or []:  # the core ones and the data extra, when not already met
     req = Requirement(raw)
-    if req.marker is None or req.marker.evaluate({"extra": "data"}):
-        print(str(req).split(";")[0].strip())
+    if req.marker is not None and not req.marker.evaluate({"extra": "data"}):
+        continue
+    try:
+        if req.specifier.contains(m.version(req.name), prereleases=True):
+            continue
+    except m.PackageNotFoundError:
+        pass
+    print(str(req).split(";")[0].strip())
 PY
-)"
+)" || aci_die "cannot read posttrain-aci's requirements"
+    [ -n "$requirements" ] || return 0
+    aci_log "installing its missing requirements: $(echo $requirements)"
     aci_constraints "$ACI_VENV/bin/python" all > "$ACI_HOME/constraints.txt"
     # shellcheck disable=SC2086
     if ! aci_pip install -q -c "$ACI_HOME/constraints.txt" $requirements; then
-        aci_log "its requirements need versions the container does not have; pinning only the ML stack" \
+        aci_log "they need versions the container does not have; pinning only the ML stack" \
                 "(other packages may be newer, in $ACI_VENV only)"
         aci_constraints "$ACI_VENV/bin/python" stack > "$ACI_HOME/constraints.txt"
         # shellcheck disable=SC2086
         aci_pip install -q -c "$ACI_HOME/constraints.txt" $requirements \
-            || aci_die "cannot install posttrain-aci's requirements without changing the ML stack"
+            || aci_die "cannot install posttrain-aci's requirements ($(echo $requirements)) without changing the ML stack"
     fi
 }
 
-# Model and benchmark from the harness prompt ("We want to train the small LLM `M` to excel at B.").
+# Model and benchmark from the harness prompt ("We want to train the small LLM `M` to excel at B.");
+# the template escapes its backticks, and only some launch paths evaluate the escapes away.
 aci_parse_prompt() {
     "$ACI_PYTHON" - "$1" <<'PY'
 import re, sys
-m = re.search(r"train the small LLM `([^`]+)` to excel at (.+?)\.\s*$", sys.argv[1], re.M)
+m = re.search(r"train the small LLM \\?`([^`\\]+)\\?` to excel at (.+?)\.[ \t]*$", sys.argv[1], re.M)
 print(m.group(1) if m else "")
 print(m.group(2).strip() if m else "")
 PY
 }
 
-aci_setup() {
-    [ -n "${ACI_AGENT:-}" ] || aci_die "ACI_AGENT is not set (claude-code, codex or opencode)"
-    [ -f evaluate.py ] && [ -f timer.sh ] || aci_die "run me in the task folder (no evaluate.py or timer.sh in $PWD)"
+aci_plan_init() {
     local parsed model benchmark
-    parsed="$(aci_parse_prompt "${PROMPT:-}")"
+    parsed="$(aci_parse_prompt "${PROMPT:-}")" || return 1
     model="${ACI_BASE_MODEL:-$(echo "$parsed" | sed -n 1p)}"
     benchmark="${ACI_BENCHMARK:-$(echo "$parsed" | sed -n 2p)}"
-    [ -n "$model" ] && [ -n "$benchmark" ] || aci_die "no model and benchmark in the prompt; set ACI_BASE_MODEL and ACI_BENCHMARK"
+    if [ -f state/run.json ]; then
+        aci_log "run card exists already (state/run.json): keeping it"
+    elif [ -z "$model" ] || [ -z "$benchmark" ]; then
+        aci_log "no model and benchmark in the prompt (set ACI_BASE_MODEL and ACI_BENCHMARK): the agent starts the run card"
+        return 1
+    else
+        "$ACI_VENV/bin/aci" plan init --profile posttrainbench --base-model "$model" --benchmark "$benchmark" \
+            --eval-command "$ACI_EVAL_COMMAND" >&2
+    fi
+}
 
-    mkdir -p "$ACI_HOME"
+# The setup proper, in a child shell; writes $ACI_HOME/ready (the aci command) once the bundle works.
+aci_setup_steps() {
+    set -euo pipefail
+    [ -f evaluate.py ] && [ -f timer.sh ] || aci_die "not a task folder (no evaluate.py or timer.sh in $PWD)"
+    command -v "$ACI_PYTHON" > /dev/null || aci_die "no python ($ACI_PYTHON)"
     aci_versions "$ACI_PYTHON" > "$ACI_HOME/stack-before.txt"
     aci_make_venv
     aci_check_versions "$ACI_HOME/stack-before.txt" "$ACI_VENV/bin/python"
@@ -172,20 +232,117 @@ aci_setup() {
     aci_check_versions "$ACI_HOME/stack-before.txt" "$ACI_PYTHON"
     aci_check_versions "$ACI_HOME/stack-before.txt" "$ACI_VENV/bin/python"
     aci_log "ML stack unchanged: $(tr '\n' ' ' < "$ACI_HOME/stack-before.txt")"
-
+    # shellcheck disable=SC2046
+    "$ACI_VENV/bin/aci" install "$ACI_AGENT" --workdir "$PWD" $(aci_scope) > /dev/null || aci_die "aci install failed"
     mkdir -p "$HOME/.local/bin"
     ln -sf "$ACI_VENV/bin/aci" "$HOME/.local/bin/aci"
-    local scope=()
-    [ "$ACI_AGENT" = codex ] && scope=(--global)  # codex exec reads ~/.codex/config.toml and ~/.agents/skills
-    "$ACI_VENV/bin/aci" install "$ACI_AGENT" --workdir "$PWD" "${scope[@]}" >&2
-    if [ -f state/run.json ]; then
-        aci_log "run card exists already (state/run.json): keeping it"
-    else
-        "$ACI_VENV/bin/aci" plan init --profile posttrainbench --base-model "$model" --benchmark "$benchmark" \
-            --eval-command "$ACI_EVAL_COMMAND" >&2
-    fi
-    ACI_PROMPT="${PROMPT:-}
+    echo "$ACI_VENV/bin/aci" > "$ACI_HOME/ready"
+    aci_plan_init || aci_log "no run card yet: the agent starts it with aci plan init"
+}
 
-Before anything else, read .aci/SKILL.md and follow it: it is the posttrain-aci skill for exactly this task, and its tools are served by the MCP server \`posttrain-aci\` (the same tools as the \`aci\` command)."
+# Everything the child shell needs, passed as functions (the packed wheels stay in the parent).
+ACI_FUNCTIONS="aci_log aci_die aci_scope aci_versions aci_check_versions aci_constraints aci_make_venv aci_pip
+aci_package aci_install_bundle aci_parse_prompt aci_plan_init aci_setup_steps"
+
+aci_setup() {
+    ACI_PROMPT="${1-${PROMPT:-}}"
     export ACI_PROMPT
+    [ -n "${ACI_AGENT:-}" ] || { aci_log "ACI_AGENT is not set: starting the agent without posttrain-aci"; return 0; }
+    mkdir -p "$ACI_HOME" || { aci_log "cannot create $ACI_HOME: starting the agent without posttrain-aci"; return 0; }
+    rm -f "$ACI_HOME/ready"
+    trap aci_cleanup EXIT
+    if declare -F aci_packed_files > /dev/null; then
+        rm -rf "$ACI_HOME/dist" && mkdir -p "$ACI_HOME/dist" && aci_packed_files "$ACI_HOME/dist" \
+            || aci_note "cannot unpack the packed wheels into $ACI_HOME/dist"
+    fi
+    local limit=() status
+    command -v timeout > /dev/null && limit=(timeout -k 10 "$ACI_SETUP_TIMEOUT")
+    # shellcheck disable=SC2086
+    export -f $ACI_FUNCTIONS
+    "${limit[@]}" bash -c aci_setup_steps 2>&1 < /dev/null | tee -a "$ACI_LOG" >&2
+    status="${PIPESTATUS[0]}"
+    # shellcheck disable=SC2086
+    export -nf $ACI_FUNCTIONS
+    if [ -s "$ACI_HOME/ready" ]; then
+        ACI_PROMPT="$ACI_PROMPT
+
+Before anything else, read .aci/SKILL.md and follow it: it is the posttrain-aci skill for this task. Its tools are served by the MCP server \`posttrain-aci\` and by the command $(cat "$ACI_HOME/ready") (call it by this full path); setup notes are in $ACI_LOG."
+        aci_note "ready: the agent starts with a line pointing to the skill"
+    else
+        [ "$status" = 124 ] && aci_note "setup stopped after ${ACI_SETUP_TIMEOUT}s"
+        aci_note "starting the agent without posttrain-aci (setup log: $ACI_LOG)"
+    fi
+}
+
+# Seconds until the timer's deadline plus ACI_STOP_AFTER_DEADLINE; empty when unknown or disabled.
+aci_seconds_to_stop() {
+    local hours created
+    hours="$(sed -n 's/^NUM_HOURS=\([0-9][0-9]*\)$/\1/p' timer.sh 2> /dev/null)"
+    created="$(sed -n 's/^CREATION_DATE=\([0-9][0-9]*\)$/\1/p' timer.sh 2> /dev/null)"
+    [ -n "$hours" ] && [ -n "$created" ] && [ "$ACI_STOP_AFTER_DEADLINE" != 0 ] || return 0
+    local left=$((created + hours * 3600 + ACI_STOP_AFTER_DEADLINE - $(date +%s)))
+    echo $((left > 0 ? left : 0))
+}
+
+aci_stop_agent() {
+    [ -n "${ACI_AGENT_PID:-}" ] || return 0
+    kill -TERM "$ACI_AGENT_PID" 2> /dev/null || return 0
+    local i
+    for i in $(seq 1 20); do
+        kill -0 "$ACI_AGENT_PID" 2> /dev/null || return 0
+        sleep 1
+    done
+    kill -KILL "$ACI_AGENT_PID" 2> /dev/null || true
+}
+
+# Take out what `aci install` wrote (idempotent). The shell fallback covers a venv the agent broke.
+aci_cleanup() {
+    [ -z "${ACI_CLEANED:-}" ] || return 0
+    ACI_CLEANED=1
+    [ -n "${ACI_WATCHDOG_PID:-}" ] && kill "$ACI_WATCHDOG_PID" 2> /dev/null
+    aci_stop_agent
+    [ -d "$ACI_WORKDIR/.aci" ] || [ -e "$ACI_HOME/ready" ] || return 0
+    # shellcheck disable=SC2046
+    if ! (cd "$ACI_WORKDIR" && "$ACI_VENV/bin/python" -m aci.cli install "$ACI_AGENT" --workdir . $(aci_scope) --remove) \
+        >> "$ACI_LOG" 2>&1; then
+        aci_note "aci install --remove failed; removing the bundle's instruction files by hand"
+        local names dir name
+        names="posttrain $(ls "$ACI_WORKDIR/.aci/skills" 2> /dev/null)"
+        for dir in "$ACI_WORKDIR/.claude/skills" "$ACI_WORKDIR/.codex/skills" "$ACI_WORKDIR/.opencode/skills" \
+                   "$HOME/.codex/skills"; do
+            for name in $names; do rm -rf "${dir:?}/$name"; done
+        done
+        rm -rf "$ACI_WORKDIR/.aci"
+        for name in CLAUDE.md AGENTS.md; do
+            [ -f "$ACI_WORKDIR/$name" ] && sed -i '/<!-- posttrain-aci:begin -->/,/<!-- posttrain-aci:end -->/d' "$ACI_WORKDIR/$name"
+        done
+    fi
+    [ "$(readlink "$HOME/.local/bin/aci" 2> /dev/null)" = "$ACI_VENV/bin/aci" ] && rm -f "$HOME/.local/bin/aci"
+    rm -f "$ACI_HOME/ready"
+    aci_note "took the bundle's instructions out of $ACI_WORKDIR and HOME (kept: state/ and $ACI_VENV)"
+}
+
+# Run the agent CLI ("$@") as a child with the solve.sh's stdin; exit with its status after cleanup.
+aci_run_agent() {
+    trap 'aci_cleanup; exit 143' TERM
+    trap 'aci_cleanup; exit 130' INT
+    "$@" <&0 &
+    ACI_AGENT_PID=$!
+    local stop
+    stop="$(aci_seconds_to_stop)"
+    if [ -n "$stop" ]; then
+        (
+            trap 'kill "$nap" 2> /dev/null; exit 0' TERM
+            sleep "$stop" &
+            nap=$!
+            wait "$nap" && aci_note "the timer's deadline passed ${ACI_STOP_AFTER_DEADLINE}s ago: stopping the agent" \
+                && kill -TERM "$ACI_AGENT_PID" 2> /dev/null
+        ) &
+        ACI_WATCHDOG_PID=$!
+    fi
+    local status=0
+    wait "$ACI_AGENT_PID" || status=$?
+    ACI_AGENT_PID=""
+    aci_cleanup
+    exit "$status"
 }

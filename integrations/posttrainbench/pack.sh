@@ -1,40 +1,60 @@
 #!/bin/bash
-# Write one self-contained solve.sh for the PostTrainBench harness, which copies only
-# agents/<name>/solve.sh into the container: the agent's solve.sh with common.sh inlined and the
-# posttrain-aci wheel embedded (so the container installs exactly this version, without PyPI).
+# Write a PostTrainBench agent folder: solve.sh (the agent's solve.sh with common.sh inlined, the
+# posttrain-aci wheel and pip's own wheel embedded: the harness copies only this file into a container
+# that has no pip) and human_readable_trace.py (the harness's main branch formats the agent's trace
+# with agents/<name>/human_readable_trace.py when it exists).
 #
-#   bash integrations/posttrainbench/pack.sh claude-code|codex|opencode [--wheel FILE] > solve.sh
+#   bash integrations/posttrainbench/pack.sh claude-code|codex|opencode OUT_DIR [--wheel FILE] [--pip-wheel FILE]
 #
-# Without --wheel the wheel is built from this checkout (`pip wheel`; needs the hatchling backend).
+# Without --wheel the wheel is built from this checkout (`pip wheel`; needs the hatchling backend);
+# without --pip-wheel pip's newest wheel is downloaded from PyPI. PYTHON picks the interpreter (python3).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+usage="usage: pack.sh claude-code|codex|opencode OUT_DIR [--wheel FILE] [--pip-wheel FILE]"
 agent="${1:-}"
-[ -f "$here/$agent/solve.sh" ] || { echo "usage: pack.sh claude-code|codex|opencode [--wheel FILE]" >&2; exit 2; }
-wheel=""
-if [ "${2:-}" = "--wheel" ]; then
-    wheel="${3:?--wheel needs a file}"
-else
-    out="$(mktemp -d)"
-    trap 'rm -rf "$out"' EXIT
-    python -m pip wheel -q --no-deps --no-build-isolation -w "$out" "$here/../.." >&2
-    wheel="$(ls "$out"/*.whl)"
+out="${2:-}"
+[ -f "$here/$agent/solve.sh" ] && [ -n "$out" ] || { echo "$usage" >&2; exit 2; }
+shift 2
+wheel="" pip_wheel=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --wheel) wheel="${2:?--wheel needs a file}"; shift 2 ;;
+        --pip-wheel) pip_wheel="${2:?--pip-wheel needs a file}"; shift 2 ;;
+        *) echo "$usage" >&2; exit 2 ;;
+    esac
+done
+python="${PYTHON:-python3}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+if [ -z "$wheel" ]; then
+    "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$tmp" "$here/../.." >&2
+    wheel="$(ls "$tmp"/posttrain_aci-*.whl)"
 fi
-name="$(basename "$wheel")"
+if [ -z "$pip_wheel" ]; then
+    "$python" -m pip download -q --no-deps --only-binary=:all: -d "$tmp" pip >&2
+    pip_wheel="$(ls "$tmp"/pip-*.whl)"
+fi
+for f in "$wheel" "$pip_wheel"; do
+    [ -f "$f" ] || { echo "pack.sh: no such file: $f" >&2; exit 2; }
+done
 
-awk -v common="$here/common.sh" -v wheel="$wheel" -v name="$name" '
-    /^# >>> common.sh/ {
-        print "# posttrain-aci: common.sh inlined and " name " embedded by integrations/posttrainbench/pack.sh"
-        print "aci_packed_wheel() {  # writes the embedded wheel into folder $1 and prints its path"
-        print "    base64 -d > \"$1/" name "\" <<'\''WHEEL'\''"
-        cmd = "base64 -w 76 \"" wheel "\""
-        while ((cmd | getline line) > 0) print line
-        close(cmd)
-        print "WHEEL"
-        print "    echo \"$1/" name "\""
-        print "}"
-        while ((getline line < common) > 0) print line
-        skip = 1; next
-    }
-    /^# <<< common.sh/ { skip = 0; next }
-    !skip { print }
-' "$here/$agent/solve.sh"
+mkdir -p "$out"
+{
+    awk -v common="$here/common.sh" '
+        /^# >>> common.sh/ { while ((getline line < common) > 0) print line; skip = 1; next }
+        /^# <<< common.sh/ { skip = 0; next }
+        !skip { print }
+    ' "$here/$agent/solve.sh" | sed '/^aci_setup /,$d'
+    echo "# Packed by integrations/posttrainbench/pack.sh: $(basename "$wheel") and $(basename "$pip_wheel")."
+    echo "aci_packed_files() {  # writes the packed wheels into folder \$1"
+    for f in "$wheel" "$pip_wheel"; do
+        echo "    base64 -d > \"\$1/$(basename "$f")\" << 'WHEEL'"
+        base64 -w 76 "$f"
+        echo "WHEEL"
+    done
+    echo "}"
+    sed -n '/^aci_setup /,$p' "$here/$agent/solve.sh"
+} > "$out/solve.sh.tmp"
+mv "$out/solve.sh.tmp" "$out/solve.sh"
+cp "$here/human_readable_trace.py" "$out/human_readable_trace.py"
+echo "wrote $out/solve.sh ($(du -k "$out/solve.sh" | cut -f1) KB) and $out/human_readable_trace.py" >&2

@@ -1,12 +1,15 @@
 #!/bin/bash
 # PostTrainBench submission: OpenCode with posttrain-aci (see ../README.md).
+# The config and launch line are the harness's agents/opencode/solve.sh (main @9082063, new_judge_v2
+# @d27a95e): permissions, and the providers anthropic, openai, opencode and zai (GLM through Z.AI's
+# OpenAI-compatible API). The agent starts even when setup fails; see common.sh.
 ACI_AGENT=opencode
 # >>> common.sh (pack.sh puts its text here)
 # shellcheck source=../common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 # <<< common.sh
 
-# The harness's provider settings first: `aci install opencode` adds its MCP server and keeps them.
+# The harness's settings first: `aci install opencode` adds its MCP server to them and keeps the rest.
 cat > opencode.json << 'JSON'
 {
   "$schema": "https://opencode.ai/config.json",
@@ -14,10 +17,16 @@ cat > opencode.json << 'JSON'
   "provider": {
     "anthropic": {"options": {"apiKey": "{env:ANTHROPIC_API_KEY}"}},
     "openai": {"options": {"apiKey": "{env:OPENAI_API_KEY}"}},
-    "opencode": {"options": {"apiKey": "{env:OPENCODE_API_KEY}"}}
+    "opencode": {"options": {"apiKey": "{env:OPENCODE_API_KEY}"}},
+    "zai": {
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "Z.AI",
+      "options": {"baseURL": "https://api.z.ai/api/paas/v4", "apiKey": "{env:ZAI_API_KEY}"},
+      "models": {"glm-5": {"name": "GLM-5"}, "glm-4.7": {"name": "GLM-4.7"}}
+    }
   }
 }
 JSON
-aci_setup
+aci_setup "${PROMPT:-}"
 
-exec opencode run --model "$AGENT_CONFIG" --format json "$ACI_PROMPT"
+aci_run_agent opencode run --model "$AGENT_CONFIG" --format json "$ACI_PROMPT"
