@@ -18,6 +18,7 @@ reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -33,9 +34,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from aci import records
+from aci import disk, records
 from aci.errors import ACIError
-from aci.state import State, atomic_write_json, iso, now, parse_ts, read_json
+from aci.state import State, atomic_write_json, fsync_dir, iso, now, parse_ts, read_json
 
 STOP_GRACE_S = 20.0
 # Seconds between SIGTERM and SIGKILL at a job's stop time: a training job saves a last checkpoint then.
@@ -101,6 +102,7 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         if busy:
             raise ACIError(busy)
         folder.mkdir(parents=True)
+        _reserve_exit_record(folder)
         w.write_json(f"{rel}/config.json", config)
         record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)
         dumped = record.model_dump(mode="json") | {"started_at": iso(record.started_at), "grace_s": grace,
@@ -118,6 +120,35 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         w.write_json(f"{rel}/job.json", dumped | {
             "cwd": str(cwd), "supervisor_pid": sup.pid, "supervisor_start": _start_time(sup.pid)})
     return view(state, job_id)
+
+
+EXIT_RESERVE = "exit.reserve"  # bytes set aside at launch for exit.json, so a full disk cannot keep it unwritten
+END_PENDING = "end.pending"  # present until the job's end event is committed to state (see `reap`)
+
+
+def _reserve_exit_record(folder: Path) -> None:
+    with open(folder / EXIT_RESERVE, "wb") as f:
+        f.write(b" " * 4096)
+        f.flush()
+        os.fsync(f.fileno())
+    (folder / END_PENDING).touch()
+
+
+def _write_exit_record(folder: Path, ex: dict) -> None:
+    """Write exit.json into the space reserved at launch (then rename it), so it needs no new disk blocks."""
+    data = (json.dumps(ex, indent=2) + "\n").encode()
+    reserve = folder / EXIT_RESERVE
+    if not reserve.exists() or len(data) > reserve.stat().st_size:
+        atomic_write_json(folder / "exit.json", ex)
+        reserve.unlink(missing_ok=True)
+        return
+    with open(reserve, "r+b") as f:
+        f.write(data)
+        f.truncate(len(data))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(reserve, folder / "exit.json")
+    fsync_dir(folder)
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -199,12 +230,17 @@ def reap(state: State) -> list[str]:
     """Record jobs whose processes vanished without an exit status as failed (one event each).
 
     The supervisor normally writes `exit.json`; when it was killed too, nothing would, and the job
-    would only look failed to whoever reads it next. Returns the ids reaped.
+    would only look failed to whoever reads it next. A job whose supervisor wrote `exit.json` but could
+    not commit its end event (a full disk) gets that event now. Returns the ids reaped.
     """
     root = state.root / records.JOBS
     reaped = []
     for d in sorted(root.iterdir()) if root.is_dir() else []:
         job = read_json(d / "job.json") if (d / "job.json").exists() else None
+        if job is not None and (d / "exit.json").exists() and (d / END_PENDING).exists() and not _running(job):
+            _record_end(state, d, job, read_json(d / "exit.json"), late=True)
+            reaped.append(job["id"])
+            continue
         if job is None or (d / "exit.json").exists() or _running(job):
             continue
         try:
@@ -275,11 +311,14 @@ def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:
         w.write_json(f"{records.JOBS}/{job_id}/stop", {"requested_at": iso()})
     job = read_json(folder / "job.json")
     pid, started = job.get("pid"), job.get("pid_start")
+    forwarded = pid is None  # not recorded (a full disk at launch): the supervisor forwards SIGTERM to the job
+    if forwarded:
+        pid, started = job.get("supervisor_pid"), job.get("supervisor_start")
     deadline = time.monotonic() + grace_s
     _signal_group(pid, signal.SIGTERM)
     while time.monotonic() < deadline and _alive(pid, started):
         time.sleep(0.2)
-    if _alive(pid, started):
+    if _alive(pid, started) and not forwarded:
         _signal_group(pid, signal.SIGKILL)
     end = time.monotonic() + 10
     while time.monotonic() < end and not (folder / "exit.json").exists() and \
@@ -329,9 +368,12 @@ def _supervise(folder: Path) -> int:
     job = read_json(folder / "job.json")
     state = State(folder.parent.parent)
     child = subprocess.Popen(job["command"], stdin=subprocess.DEVNULL, start_new_session=True)
-    with state.locked():
-        atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid,
-                                                "pid_start": _start_time(child.pid)})
+    try:
+        with state.locked():
+            atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid,
+                                                    "pid_start": _start_time(child.pid)})
+    except OSError as e:  # a full disk: `stop` then signals this supervisor, which forwards to the job
+        _say(f"[aci] could not record the job's pid ({e.strerror})")
     signal.signal(signal.SIGTERM, lambda *_: _signal_group(child.pid, signal.SIGTERM))
     ended = threading.Event()
     if job.get("stop_at"):
@@ -356,13 +398,36 @@ def _supervise(folder: Path) -> int:
     if status == "failed":
         last = [ln for ln in tail(folder / "log", 5).splitlines() if ln.strip()]
         reason += f": {last[-1][:300]}" if last else ""
+        full = disk.full_note(*[Path(p) for p in (job.get("cwd"), (job.get("config") or {}).get("output_dir"),
+                                                  folder) if p])
+        reason += f" ({full})" if full else ""
     ex = _exit(rc, status, reason, cpu_s=round(cpu, 2), max_rss_mb=round(usage.ru_maxrss / 1024, 1))
-    with state.event(job["kind"], f"job {job['id']} {status}", tool=job["kind"], data={"job": job["id"], "returncode": rc}) as w:
-        w.write_json(f"{records.JOBS}/{job['id']}/exit.json", ex)
-        w.track(f"{records.JOBS}/{job['id']}/job.json")  # with the pid recorded at launch
-        if stop is not None:
-            w.track(f"{records.JOBS}/{job['id']}/stop")
+    _write_exit_record(folder, ex)  # first: if the commit below fails, the job still reads as what it was
+    try:
+        _record_end(state, folder, job, ex)
+    except Exception as e:  # noqa: BLE001 - the end event is retried by reap(); the job's status is in exit.json
+        _say(f"[aci] the end of job {job['id']} is in exit.json but not yet in state ({e}); the next "
+             f"`aci train status` or `aci status` records it")
     return 0
+
+
+def _say(message: str) -> None:
+    """A line in the job's log, which may be on a full disk: the supervisor must not die of writing it."""
+    try:
+        print(message, flush=True)
+    except OSError:
+        pass
+
+
+def _record_end(state: State, folder: Path, job: dict, ex: dict, late: bool = False) -> None:
+    """The job's end event (exit.json, job.json and any stop request committed), then `END_PENDING` goes."""
+    note = " (recorded late: the first commit failed)" if late else ""
+    with state.event(job["kind"], f"job {job['id']} {ex['status']}{note}", tool=job["kind"],
+                     data={"job": job["id"], "returncode": ex.get("returncode")}) as w:
+        for name in ("exit.json", "job.json", "stop"):  # job.json: with the pid recorded at launch
+            if (folder / name).exists():
+                w.track(f"{records.JOBS}/{job['id']}/{name}")
+    (folder / END_PENDING).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

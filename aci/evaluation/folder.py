@@ -74,6 +74,11 @@ def missing_shards(folder: Path) -> list[str]:
     return [n for n in names if not (folder / n).is_file()]
 
 
+def weights_bytes(folder: Path) -> int:
+    """Bytes of the model weights in `folder` (what a copy or a merge of it writes, give or take the tokenizer)."""
+    return sum(p.stat().st_size for p in [*safetensors_files(folder), *bin_files(folder)])
+
+
 def has_tokenizer(folder: Path) -> bool:
     return (folder / "tokenizer.json").is_file() or (folder / "tokenizer.model").is_file() or (
         (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file())
