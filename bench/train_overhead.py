@@ -4,7 +4,9 @@ Both sides train the embedded "demo" model on the same samples with the same set
 max length, learning rate and schedule, checkpoints, CPU fp32), rendered with the same ChatML template:
 
 * aci: `aci train start` as a fresh CLI process (imports, gates, tokenizer checks, one git commit, job
-  launch) until the job's `exit.json` exists (checkpoints registered in state, progress written);
+  launch) until the job's supervisor has recorded its end in state (checkpoints registered, progress
+  written; waiting for `exit.json` alone let the temporary folder's removal race the supervisor's last
+  git commit: `OSError: Directory not empty: 'objects'`);
 * plain: `python <this file> --plain` running `SFTTrainer(assistant_only_loss=True)` with the template's
   generation markers, the way a hand-written script would, from process start to exit.
 
@@ -29,6 +31,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from aci import jobs
+from aci.state import State
 
 ROOT = Path(__file__).resolve().parent.parent
 ACI = [sys.executable, "-m", "aci.cli"]
@@ -80,8 +85,7 @@ def run_aci(work: Path, steps: int) -> tuple[float, float]:
     cli_cpu = children_cpu() - c0
     job = json.loads(out.stdout)["job"]["id"]
     exit_file = work / "state" / "jobs" / job / "exit.json"
-    while not exit_file.exists():
-        time.sleep(0.02)
+    jobs.wait(State(work / "state"), job, poll_s=0.02)  # ended and recorded: nothing writes to state after this
     wall = time.perf_counter() - t0
     ex = json.loads(exit_file.read_text())
     if ex["status"] != "succeeded":

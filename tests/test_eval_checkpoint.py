@@ -461,15 +461,17 @@ def test_model_identity_under_posttrainbench(workdir, tiny_model):
     """Over MCP: registering a folder with --parent needs evidence and no name pointing at another model; the
     architecture (nested text_config too) must match; a registered folder that changed is refused by
     evaluation, training and promotion."""
-    from aci import manifest
+    from tests.train_helpers import bench_items
 
     base = copy_model(tiny_model, workdir / "models" / "Qwen3-1.7B-Base", 0.2)
     cfg = json.loads((base / "config.json").read_text())
     text = {k: cfg[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                 "num_key_value_heads", "vocab_size")} | {"model_type": cfg["model_type"]}
     (base / "config.json").write_text(json.dumps({**cfg, "text_config": text}))  # nested, as Gemma 3 has it
+    (workdir / "bench_items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bench_items()))
     registry.call("plan", {"action": "init", "base_model": "models/Qwen3-1.7B-Base", "benchmark": "toy",
-                           "profile": "posttrainbench", "eval_command": eval_command()}, ctx(workdir))
+                           "profile": "posttrainbench", "eval_command": eval_command(),
+                           "reference": "bench_items.jsonl"}, ctx(workdir))
     _claims(base, workdir / "models" / "Qwen3-1.7B", 0.9)  # the instruct sibling, with a trainer_state.json
     _claims(base, workdir / "out" / "named", 0.9, _name_or_path="Qwen/Qwen3-1.7B")
     lora = workdir / "out" / "lora"
@@ -483,7 +485,7 @@ def test_model_identity_under_posttrainbench(workdir, tiny_model):
     data = workdir / "sft.jsonl"
     data.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
                                                                                   "content": "hello"}]}) + "\n")
-    manifest.update(ctx(workdir).state, data, "contamination", {"verdict": "pass"}, message="checked", tool="contamination")
+    assert registry.call("contamination", {"path": "sft.jsonl"}, ctx(workdir)).opens_train_gate
 
     async def go():
         async with mcp_client(workdir) as client:
