@@ -238,7 +238,10 @@ def reap(state: State) -> list[str]:
     for d in sorted(root.iterdir()) if root.is_dir() else []:
         job = read_json(d / "job.json") if (d / "job.json").exists() else None
         if job is not None and (d / "exit.json").exists() and (d / END_PENDING).exists() and not _running(job):
-            _record_end(state, d, job, read_json(d / "exit.json"), late=True)
+            try:
+                _record_end(state, d, job, read_json(d / "exit.json"), late=True)
+            except ACIError:  # still no space: exit.json says how it ended; the event waits for the next look
+                continue
             reaped.append(job["id"])
             continue
         if job is None or (d / "exit.json").exists() or _running(job):

@@ -25,6 +25,7 @@ from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
 from aci.training.request import LORA_TARGETS, TrainRequest
 
 MEASURE_TIMEOUT_S = 1800
+TIMED_SAMPLES = 16  # samples tokenized a second time, warm, to time tokenization
 
 
 def deepspeed_config(req: TrainRequest, ctx: Context) -> str | None:
@@ -59,17 +60,16 @@ def inspect_data(req: TrainRequest, ctx: Context, model_path: str, template_path
     path = Path(req.data)
     kwargs = req.template_kwargs or {}
     warnings: list[str] = []
-    def encode():
+    def encode(limit: int):
         if req.method == "sft":
-            return data.encode_samples(path, tok, template, max_length=req.max_length, kwargs=kwargs,
-                                       limit=req.check_samples)
-        return data.grpo_prompts(path, tok, template, kwargs=kwargs, limit=req.check_samples)
+            return data.encode_samples(path, tok, template, max_length=req.max_length, kwargs=kwargs, limit=limit)
+        return data.grpo_prompts(path, tok, template, kwargs=kwargs, limit=limit)
 
     try:
-        rows, stats = encode()
-        started = time.perf_counter()  # timed again, warm: the job tokenizes the whole file before step 1
-        encode()
-        per_row = (time.perf_counter() - started) / max(1, stats.samples)
+        rows, stats = encode(req.check_samples)
+        started = time.perf_counter()  # timed warm (the first pass pays imports and caches): the job
+        timed = encode(min(req.check_samples, TIMED_SAMPLES))[1].samples  # tokenizes the whole file before step 1
+        per_row = (time.perf_counter() - started) / max(1, timed)
     except templates.RenderError as e:
         raise ctx.rules.refuse("eval-template", f"the template does not render the data: {e}") from None
     report = stats.report()
