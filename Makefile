@@ -18,7 +18,8 @@ COMPAT_TESTS  ?= tests/test_templates.py tests/test_train.py tests/test_train_ga
                  tests/test_train_packing.py tests/test_train_batch.py tests/test_train_multigpu.py tests/test_generation.py
 
 # What the tests need beyond the venv (tests/agent_clis.py): the agent CLIs and the MCP Inspector from
-# npm, pinned in .ci/clis/*/package-lock.json (skipped without npm, outside CI), and pip's wheel plus
+# npm, pinned in .ci/clis/*/package-lock.json (skipped without npm, outside CI; `npm install`, not `npm
+# ci`: the locks hold only the Linux x64 builds of the CLIs' per-platform packages), and pip's wheel plus
 # Python 3.10 wheels of our requirements for the PostTrainBench container test (skipped without that
 # Python, outside CI). Chromium is required: installed from Debian when root, else a clear failure.
 CLIS       := .ci/clis
@@ -59,7 +60,7 @@ clis: $(CLIS)/current/.installed $(CLIS)/harness/.installed
 $(CLIS)/%/.installed: $(CLIS)/%/package.json $(CLIS)/%/package-lock.json
 	@if command -v $(NPM) >/dev/null; then \
 	  echo "installing the $* agent CLIs from npm into $(CLIS)/$*"; \
-	  $(NPM) ci --prefix $(CLIS)/$* --no-audit --no-fund --loglevel=error && touch $@; \
+	  $(NPM) install --prefix $(CLIS)/$* --no-audit --no-fund --loglevel=error && touch $@; \
 	else echo "no npm: the tests that run the real agent CLIs will be skipped (CI installs Node and fails instead)"; fi
 
 wheelhouse: $(WHEELHOUSE)/.complete

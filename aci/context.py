@@ -11,10 +11,12 @@ import os
 from functools import cached_property
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from aci import records, rules
 from aci.clock import Clock, clock_for
 from aci.errors import ACIError
-from aci.state import State
+from aci.state import State, iso, resolve_root
 
 ROOTS_ENV = "ACI_ROOTS"  # extra allowed roots, os.pathsep-separated (e.g. a shared data or model cache)
 
@@ -22,24 +24,49 @@ ROOTS_ENV = "ACI_ROOTS"  # extra allowed roots, os.pathsep-separated (e.g. a sha
 class Context:
     def __init__(self, state: Path | str | None = None, workdir: Path | str | None = None):
         self.workdir = Path(workdir or os.getcwd()).resolve()
-        self.state = State(state if state is not None else (os.environ.get("ACI_STATE") or self.workdir / "state"))
+        self.state = State(resolve_root(state, self.workdir))
 
     @cached_property
-    def card(self) -> dict | None:
-        return self.state.read(records.RUN_CARD)
+    def card(self) -> records.RunCard | None:
+        return self._record(records.RUN_CARD, records.RunCard)
 
     @cached_property
     def rules(self) -> rules.Rules:
-        return rules.load((self.card or {}).get("profile", "default"))
+        return rules.load(self.card.profile if self.card else "default")
 
     @cached_property
     def clock(self) -> Clock:
-        budget_h = (self.card or {}).get("budget_hours") or self.rules.profile.budget_hours
-        return clock_for(self.workdir, self.card, self.rules.profile.reserve_min(float(budget_h) * 60))
+        budget_h = self.card.budget_hours if self.card else self.rules.profile.budget_hours
+        return clock_for(self.workdir, self.card, self.rules.profile.reserve_min(budget_h * 60))
+
+    def settle_clock(self) -> None:
+        """Record the deadline on the run card when timer.sh moved it (see `clock.from_timer`), so every later
+        call reads the same deadline. Called before a tool runs, when no state lock is held."""
+        clk, card = self.clock, self.card
+        if not (clk.to_record and card):
+            return
+        was = iso(card.deadline) if card.deadline else None
+        deadline = iso(clk.deadline)
+        with self.state.event("clock", f"deadline {deadline} from timer.sh (the run card said {was})", tool="clock",
+                              data={"deadline": deadline, "was": was}) as w:
+            w.write_json(records.RUN_CARD, card.model_copy(update={"deadline": clk.deadline}).model_dump(
+                mode="json", exclude_none=True))
+        self.forget()
 
     @cached_property
-    def best(self) -> dict | None:
-        return self.state.read(records.BEST)
+    def best(self) -> records.Best | None:
+        return self._record(records.BEST, records.Best)
+
+    def _record(self, rel: str, model: type[records.Record]):
+        raw = self.state.read(rel)
+        if raw is None:
+            return None
+        try:
+            return model.model_validate(raw)
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            raise ACIError(f"state file {self.state.root / rel}: field {field}: {err['msg']}") from None
 
     def forget(self) -> None:
         """Drop cached reads after a tool changed state, so the result envelope is current."""
@@ -64,7 +91,7 @@ class Context:
             raise ACIError(f"{what} {value!r} does not exist ({p})")
         return p
 
-    def require_card(self) -> dict:
+    def require_card(self) -> records.RunCard:
         if not self.card:
             raise ACIError(f"no run card in {self.state.root}: start with `aci plan init --base-model ... "
                            f"--benchmark ... --eval-command ...`")

@@ -105,8 +105,7 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         _reserve_exit_record(folder)
         w.write_json(f"{rel}/config.json", config)
         record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)
-        dumped = record.model_dump(mode="json") | {"started_at": iso(record.started_at), "grace_s": grace,
-                                                   "stop_at": iso(stop_at) if stop_at else None}
+        dumped = record.model_dump(mode="json") | {"grace_s": grace, "stop_at": iso(stop_at) if stop_at else None}
         w.write_json(f"{rel}/job.json", dumped | {"cwd": str(cwd)})
         log = open(folder / "log", "ab")
         full_env = {**os.environ, **(env or {}), "ACI_JOB_DIR": str(folder), "ACI_STATE": str(state.root),
@@ -352,7 +351,7 @@ def write_progress(fields: dict[str, Any], folder: str | Path | None = None) -> 
 
 def _exit(rc: int | None, status: str, reason: str | None, **usage) -> dict:
     ex = records.JobExit(returncode=rc, status=status, ended_at=now(), reason=reason, **usage)
-    return ex.model_dump(mode="json") | {"ended_at": iso(ex.ended_at)}  # state's iso format
+    return ex.model_dump(mode="json")
 
 
 def _enforce_stop_time(folder: Path, pid: int, stop_at: str, grace_s: float, ended: threading.Event) -> None:

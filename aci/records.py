@@ -1,23 +1,33 @@
 """The records kept in the state folder, defined once.
 
-`state/schemas/*.schema.json` are generated from these models (`python -m aci.records`), and a test keeps
-them in sync, so a person or another program can validate the files without reading Python.
+`state/schemas/*.schema.json` are generated from these models and the task schemas of `aci.tasks`
+(`python -m aci.records`, the one writer of that folder), and a test keeps them in sync, so a person
+or another program can validate the files without reading Python.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
+
+from aci.state import iso
 
 RUN_CARD = "run.json"
 BEST = "best.json"
 CHECKPOINTS = "checkpoints.jsonl"
 JOBS = "jobs"
 DATA = "data"
+
+
+# Every time in state is written one way, `state.iso` (seconds, with the offset): the finalized gate and
+# the report compare and parse these strings, so a record dumped to JSON must not use pydantic's own form.
+# A time without an offset is read as UTC, as `state.parse_ts` reads it.
+Timestamp = Annotated[datetime, AfterValidator(lambda t: t if t.tzinfo else t.replace(tzinfo=timezone.utc)),
+                      PlainSerializer(iso, return_type=str, when_used="json")]
 
 
 class Record(BaseModel):
@@ -40,8 +50,8 @@ class RunCard(Record):
     template: str | None = Field(None, description="chat template (.jinja) the evaluation renders")
     benchmark_size: int | None = Field(None, ge=1, description="items in the full benchmark")
     budget_hours: float = Field(gt=0)
-    started_at: datetime
-    deadline: datetime | None = Field(None, description="fixed deadline; else from timer.sh or the budget")
+    started_at: Timestamp
+    deadline: Timestamp | None = Field(None, description="fixed deadline; else from timer.sh or the budget")
     workdir: str
     targets: list[Target] = Field(default_factory=list)
     protected: dict[str, str] = Field(
@@ -58,7 +68,7 @@ class JournalEvent(Record):
     """One line of `journal.jsonl`; each is one git commit in the state folder."""
 
     id: str
-    ts: datetime
+    ts: Timestamp
     kind: str = Field(description="decision, observation, result, plan, data, train, eval, promote, ...")
     tool: str | None
     message: str
@@ -70,7 +80,7 @@ class CheckpointEntry(Record):
 
     type: Literal["registered", "evaluated"]
     checkpoint: str = Field(description="checkpoint id: 'base' for the base model, else a job-derived id")
-    ts: datetime
+    ts: Timestamp
     path: str | None = None
     parent: str | None = Field(None, description="checkpoint id this one was trained from")
     job: str | None = None
@@ -105,7 +115,7 @@ class Best(Record):
     evaluator: str
     limit: int | None = None
     samples: int | None = None
-    promoted_at: datetime
+    promoted_at: Timestamp
     promotion_id: str | None = Field(None, description="the id sealed in final_model/.aci-promotion.json")
     eval_id: str | None = Field(None, description="the evaluation that justified the promotion")
 
@@ -117,7 +127,7 @@ class JobRecord(Record):
     kind: str = Field(description="train, eval, rollout, serve, ...")
     command: list[str]
     pid: int | None = None
-    started_at: datetime
+    started_at: Timestamp
     config: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -126,7 +136,7 @@ class JobExit(Record):
 
     returncode: int | None
     status: Literal["succeeded", "failed", "stopped"]
-    ended_at: datetime
+    ended_at: Timestamp
     reason: str | None = None
     cpu_s: float | None = Field(None, description="CPU seconds used by the job's processes (user + system)")
     max_rss_mb: float | None = Field(None, description="peak resident memory of the job's largest process")
@@ -142,22 +152,20 @@ SCHEMAS: dict[str, type[BaseModel]] = {
 }
 
 
-def write_json_schemas(folder: Path, schemas: dict[str, dict]) -> list[Path]:
-    """Write `<name>.schema.json` files (generated copies that tests keep in sync with the code)."""
+def write_schemas(folder: Path) -> list[Path]:
+    """Write every `state/schemas/<name>.schema.json`: these records' and the task record and SFT sample
+    schemas of `aci.tasks` (generated copies that tests keep in sync with the code)."""
+    from aci.tasks import SCHEMAS as TASK_SCHEMAS
+
+    schemas = {name: {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
+               for name, model in SCHEMAS.items()}
     folder.mkdir(parents=True, exist_ok=True)
     out = []
-    for name, schema in schemas.items():
+    for name, schema in {**schemas, **TASK_SCHEMAS}.items():
         p = folder / f"{name}.schema.json"
         p.write_text(json.dumps(schema, indent=2) + "\n")
         out.append(p)
     return out
-
-
-def write_schemas(folder: Path) -> list[Path]:
-    return write_json_schemas(folder, {
-        name: {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
-        for name, model in SCHEMAS.items()
-    })
 
 
 if __name__ == "__main__":

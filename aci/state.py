@@ -58,8 +58,10 @@ def parse_ts(value: str) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
-def default_root() -> Path:
-    return Path(os.environ.get(STATE_ENV) or "state")
+def resolve_root(state: Path | str | None = None, workdir: Path | str | None = None) -> Path:
+    """The one rule for where a run's state lives: the folder given, else $ACI_STATE, else `<workdir>/state`
+    (workdir: the current directory). The CLI, the MCP server, the jobs and `aci report` all ask here."""
+    return Path(state or os.environ.get(STATE_ENV) or Path(workdir or os.getcwd()) / "state").resolve()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -153,7 +155,7 @@ class State:
     """One run's state folder. Cheap to construct; touches the disk only when used."""
 
     def __init__(self, root: Path | str | None = None):
-        self.root = Path(root if root is not None else default_root()).resolve()
+        self.root = resolve_root(root)
         self._repo = None
 
     # -- reading (no lock: every file is always whole) ------------------------------------------
@@ -232,6 +234,20 @@ class State:
         repo.index.commit("state: created", author=_actor(), committer=_actor())
 
     def _commit(self, paths: list[str], message: str) -> None:
+        try:
+            self._commit_once(paths, message)
+        except OSError:
+            # A kept git helper died: `train stop` signals the job's process group, and the `git cat-file`
+            # helpers of a trainer registering its last checkpoint are in it. Start them afresh, once.
+            if self._repo is not None:
+                try:
+                    self._repo.git.clear_cache()
+                except OSError:
+                    pass
+                self._repo = None
+            self._commit_once(paths, message)
+
+    def _commit_once(self, paths: list[str], message: str) -> None:
         import git
 
         if self._repo is None:  # kept: its git cat-file helpers are reused across events

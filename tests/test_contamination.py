@@ -307,7 +307,7 @@ def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(wo
     (workdir / "tiny.jsonl").write_text('{"question": "What is 7 times 8?", "answer": "56"}\n')
     strict_card(workdir, reference=ref.name)
     ctx = Context(workdir=workdir)
-    assert ctx.card["reference"] == {"path": str(ref), "sha256": manifest.file_hash(ref)}
+    assert ctx.card.reference == {"path": str(ref), "sha256": manifest.file_hash(ref)}
 
     def gate() -> str:
         with pytest.raises(ACIError) as e:
@@ -337,9 +337,9 @@ def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(wo
 def test_the_first_check_pins_its_reference(workdir):
     ref, data, _ = files(workdir, lambda r: not r["contaminated"])
     strict_card(workdir)
-    assert "reference" not in Context(workdir=workdir).card
+    assert Context(workdir=workdir).card.reference is None
     check(workdir, path=str(data), reference=ref.name)
-    assert Context(workdir=workdir).card["reference"]["path"] == str(ref)
+    assert Context(workdir=workdir).card.reference["path"] == str(ref)
     history = Context(workdir=workdir).state.history()
     assert any("reference pinned at the first contamination check" in h for h in history)
 

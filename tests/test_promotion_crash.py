@@ -129,7 +129,7 @@ def test_sigkill_during_promotion_always_leaves_a_loadable_final_model(workdir, 
         with swap.locked(cx.state.root):
             repaired += bool(promotion.sync(cx))
         seen.add(_check_one_version(workdir, versions))
-        assert cx.best["promotion_id"] == swap.marker(final)["promotion_id"]
+        assert cx.best.promotion_id == swap.marker(final)["promotion_id"]
         assert not [p.name for p in workdir.glob("final_model.*")]
         assert cx.state.journal()  # the state journal is still readable
     assert seen == set(versions), "the kills never let a promotion finish: the test did not exercise swaps"

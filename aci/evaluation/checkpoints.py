@@ -43,13 +43,11 @@ class Checkpoint:
         return p if p.is_dir() else None
 
     def registration(self) -> dict:
-        ts = iso()
-        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=ts, path=self.path,
+        entry = records.CheckpointEntry(type="registered", checkpoint=self.id, ts=iso(), path=self.path,
                                         parent=self.parent, adapter=self.adapter, **(self.pin or {}))
-        # `ts` as state writes it everywhere (pydantic would write "Z", which Python 3.10 cannot parse back)
-        keep = {"type", "checkpoint", "path", "parent", "adapter", "content_hash", "files"}
-        return entry.model_dump(mode="json", include=keep, exclude_none=True) | {
-            "ts": ts, **({"evidence": self.evidence} if self.evidence else {})}
+        keep = {"type", "checkpoint", "ts", "path", "parent", "adapter", "content_hash", "files"}
+        return entry.model_dump(mode="json", include=keep, exclude_none=True) | (
+            {"evidence": self.evidence} if self.evidence else {})
 
     def verify(self, ctx: Context) -> None:
         """Refuse the checkpoint when its folder no longer has the content it was registered with."""
@@ -64,8 +62,8 @@ def registered(ctx: Context) -> dict[str, dict]:
 
 def base(ctx: Context) -> Checkpoint:
     card = ctx.require_card()
-    local = folder.local_dir(card["base_model"], ctx.workdir)
-    return Checkpoint(BASE, str(local) if local else card["base_model"], None, False)
+    local = folder.local_dir(card.base_model, ctx.workdir)
+    return Checkpoint(BASE, str(local) if local else card.base_model, None, False)
 
 
 def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
@@ -109,7 +107,7 @@ def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
             identity.same_architecture(ctx, str(path.name), path, reference, f"its parent {parent}")
     elif parent is None and folder.is_adapter(path):
         declared = (folder.read_json(path / "adapter_config.json") or {}).get("base_model_name_or_path")
-        card_base = ctx.require_card()["base_model"]
+        card_base = ctx.require_card().base_model
         if declared and (declared == card_base or folder.local_dir(declared, ctx.workdir) == base(ctx).local):
             parent = BASE
     try:
@@ -195,4 +193,4 @@ def comparable_pair(ctx: Context, a: str, b: str, prefer: dict | None = None) ->
 
 def min_samples(ctx: Context) -> int:
     """The rules' minimum sample count for a comparison (rule min-eval-samples)."""
-    return ctx.rules.min_samples((ctx.card or {}).get("benchmark_size"))
+    return ctx.rules.min_samples(ctx.card.benchmark_size if ctx.card else None)

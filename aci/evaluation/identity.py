@@ -205,8 +205,8 @@ def _folder_names(path: Path) -> list[str]:
 def _known_model(ctx: Context, name: str, derived: dict[str, Path]) -> str | None:
     """The checkpoint id `name` refers to: `base`, or a registered checkpoint derived from it; else None."""
     card = ctx.require_card()
-    base_dir = folder.local_dir(card["base_model"], ctx.workdir)
-    if Path(name.strip().rstrip("/")).name.lower() == Path(str(card["base_model"]).rstrip("/")).name.lower():
+    base_dir = folder.local_dir(card.base_model, ctx.workdir)
+    if Path(name.strip().rstrip("/")).name.lower() == Path(card.base_model.rstrip("/")).name.lower():
         return "base"  # the base as a hub id, or its folder under another path
     p = Path(name).expanduser()
     p = p if p.is_absolute() else ctx.workdir / p
@@ -241,8 +241,7 @@ def provenance(ctx: Context, path: Path, parent: str | None, derived: dict[str, 
     `parent` is what the caller declared (None: infer it); `derived` maps the ids of registered
     checkpoints derived from the base model to their folders.
     """
-    card = ctx.require_card()
-    base = str(card["base_model"])
+    base = ctx.require_card().base_model
     for where, name in _declared_names(path):
         if _known_model(ctx, name, derived) is None:
             raise ctx.rules.refuse("base-model-only", f"{path.name}'s {where} is {name!r}, which is neither the run "

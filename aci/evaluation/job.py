@@ -97,7 +97,7 @@ def _run(ctx: Context, cfg: dict, folder: Path) -> dict:
 def main() -> int:
     folder = Path(os.environ["ACI_JOB_DIR"])
     cfg = json.loads((folder / "config.json").read_text())
-    ctx = Context(state=os.environ.get("ACI_STATE"), workdir=cfg["workdir"])
+    ctx = Context(workdir=cfg["workdir"])  # the state folder: $ACI_STATE, which aci.jobs sets
     signal.signal(signal.SIGTERM, _stopped)
     try:
         done = _run(ctx, cfg, folder)

@@ -48,7 +48,7 @@ def sync(ctx: Context) -> list[str]:
     m = swap.marker(swap.final_dir(ctx.workdir))
     ctx.forget()
     best = ctx.best
-    if m and m.get("best") and (not best or best.get("promotion_id") != m.get("promotion_id")):
+    if m and m.get("best") and (not best or best.promotion_id != m.get("promotion_id")):
         with ctx.state.event("promote", f"best.json repaired to match final_model ({m['checkpoint']})",
                              tool="eval-checkpoint",
                              data={"checkpoint": m["checkpoint"], "promotion_id": m.get("promotion_id")}) as w:
@@ -112,12 +112,11 @@ def install(ctx: Context, ck: Checkpoint, evaluation: dict, comparison: stats.Co
     """Build `ck` into `final_model/` atomically and record it (no decision: call with the lock held)."""
     tag = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', ck.id)[:40]}-{uuid.uuid4().hex[:6]}"
     final = swap.final_dir(ctx.workdir)
-    now = iso()  # kept in state's own format: the finalized gate compares these strings
     best = records.Best(
         checkpoint=ck.id, path=str(final), source=ck.path, score=evaluation["score"], range=evaluation.get("range"),
         evaluator=evaluation["evaluator"], limit=evaluation.get("limit"), samples=evaluation.get("samples"),
-        promoted_at=now, promotion_id=tag, eval_id=evaluation.get("eval_id"),
-    ).model_dump(mode="json") | {"promoted_at": now}
+        promoted_at=iso(), promotion_id=tag, eval_id=evaluation.get("eval_id"),
+    ).model_dump(mode="json")
     if comparison is not None:
         best["beat"] = {"checkpoint": reference, "score": comparison.b_score, "method": comparison.method,
                         "delta": comparison.delta, "p_value": comparison.p_value}
@@ -155,15 +154,15 @@ def promote(ctx: Context, ref: str, *, parent: str | None = None, prefer: dict |
         ck = checkpoints.resolve(ctx, ref, parent)
         best = ctx.best
         final = swap.final_dir(ctx.workdir)
-        in_place = bool(best) and (swap.marker(final) or {}).get("promotion_id") == best.get("promotion_id")
-        if best and ck.id == best["checkpoint"] and in_place:
-            raise ACIError(f"{ck.id} is already final_model (promoted {best['promoted_at']})")
+        in_place = bool(best) and (swap.marker(final) or {}).get("promotion_id") == best.promotion_id
+        if best and ck.id == best.checkpoint and in_place:
+            raise ACIError(f"{ck.id} is already final_model (promoted {iso(best.promoted_at)})")
         if not checkpoints.derived_from_base(ctx, ck):
             chain = " -> ".join(checkpoints.ancestry(ctx, ck))
             raise _refuse(ctx, "base-model-only", f"{ck.id} is not derived from the base model (parent chain: {chain}; "
                           f"register a path with --parent <the checkpoint it was trained from>)")
         _check_architecture(ctx, ck)
-        reference = best["checkpoint"] if best else BASE
+        reference = best.checkpoint if best else BASE
         if ck.id == reference:  # the floor (base before any promotion) or re-installing a lost best
             mine = checkpoints.evaluations(ctx, ck.id)
             if not mine:

@@ -78,7 +78,7 @@ def _sha8(*parts: str) -> str:
 
 def template_text(ctx: Context) -> str | None:
     """The run card's chat template (the one the evaluation renders), if it names one."""
-    rel = (ctx.card or {}).get("template")
+    rel = ctx.card.template if ctx.card else None
     if not rel:
         return None
     p = ctx.path(rel, must_exist=True, what="template")
@@ -91,12 +91,12 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
     if spec.evaluator == "command":
         from aci.evaluation.command import CommandEvaluator
 
-        template = spec.command or card.get("eval_command")
+        template = spec.command or card.eval_command
         if not template:
             raise ACIError("no eval command: pass --command '<cmd with {model_path} {limit} {output}>' or set the "
                            "run card's (aci plan update --eval-command ...)")
-        key = spec.metric_key or card.get("metric_key")
-        same = template == card.get("eval_command") and key == card.get("metric_key")
+        key = spec.metric_key or card.metric_key
+        same = template == card.eval_command and key == card.metric_key
         label = "eval-command" if same else f"command:{_sha8(template, key or '')}"
         return CommandEvaluator(template, metric_key=key, limit=spec.limit, timeout_s=spec.timeout_s,
                                 cwd=ctx.workdir, out_dir=out_dir, label=label)
@@ -243,7 +243,7 @@ def _entry(ctx, ck, spec, evaluator, trials, seeds, eval_id, duration, error, jo
             score, rng = stats.aggregate(trials)
             fields.update(score=score, range=rng)
             extra["warnings"] = warnings_for(ctx, spec, evaluator, samples)
-    entry = records.CheckpointEntry(**fields).model_dump(mode="json") | {"ts": fields["ts"]}  # state's iso format
+    entry = records.CheckpointEntry(**fields).model_dump(mode="json")
     return {**entry, **{k: v for k, v in extra.items() if v not in (None, [])}}
 
 

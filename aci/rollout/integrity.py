@@ -48,8 +48,7 @@ def _keys(value: str, workdir: Path) -> set[str]:
 
 def allowed_models(ctx: Context) -> dict[str, str]:
     """name/path key -> checkpoint id, for the base model and every checkpoint derived from it."""
-    card = ctx.require_card()
-    allowed = {k: "base" for k in _keys(card["base_model"], ctx.workdir)}
+    allowed = {k: "base" for k in _keys(ctx.require_card().base_model, ctx.workdir)}
     registered = {e["checkpoint"]: e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "registered"}
 
     def derived(cid: str | None) -> bool:
@@ -65,8 +64,8 @@ def allowed_models(ctx: Context) -> dict[str, str]:
             if entry.get("path"):
                 allowed.update({k: cid for k in _keys(entry["path"], ctx.workdir)})
     best = ctx.best
-    if best and (best.get("checkpoint") == "base" or derived(best.get("checkpoint"))) and best.get("path"):
-        allowed.update({k: best["checkpoint"] for k in _keys(best["path"], ctx.workdir)})
+    if best and (best.checkpoint == "base" or derived(best.checkpoint)):
+        allowed.update({k: best.checkpoint for k in _keys(best.path, ctx.workdir)})
     return allowed
 
 
@@ -82,7 +81,7 @@ def check_policy(ctx: Context, names: list[str]) -> str | None:
     for name in names:
         match = next((allowed[k] for k in _keys(name, ctx.workdir) if k in allowed), None)
         if match is None:
-            base = ctx.card["base_model"]
+            base = ctx.card.base_model
             raise ctx.rules.refuse(
                 "no-teacher-distillation",
                 f"policy model {name!r} is neither the run card's base model {base!r} nor a checkpoint registered "

@@ -99,7 +99,7 @@ def contamination(inp: ContaminationInput, ctx: Context) -> ContaminationOutput:
     from aci.training import gates
 
     path = ctx.path(inp.path, must_exist=True, what="training set")
-    pin = (ctx.card or {}).get("reference")
+    pin = ctx.card.reference if ctx.card else None
     if inp.reference is None and not pin:
         raise ACIError("no --reference given and none pinned in the run card: pass the benchmark's test items")
     ref = ctx.path(inp.reference or pin["path"], must_exist=True, what="reference set")

@@ -76,8 +76,7 @@ def _spec(inp: EvalCheckpointInput) -> runner.EvalSpec:
 
 
 def _reference(ctx: Context) -> str:
-    best = ctx.best
-    return best["checkpoint"] if best else checkpoints.BASE
+    return ctx.best.checkpoint if ctx.best else checkpoints.BASE
 
 
 def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:

@@ -66,7 +66,7 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     with swap.locked(ctx.state.root):
         notes = promotion.sync(ctx)
         final = swap.final_dir(ctx.workdir)
-        best = ctx.best
+        best = ctx.best.model_dump(mode="json") if ctx.best else None
         promotion_id = (swap.marker(final) or {}).get("promotion_id")
         items = checks.check(final, template=runner.template_text(ctx), base_dir=checkpoints.base(ctx).local,
                              best=best, changed_eval_files=protected_changed(ctx),

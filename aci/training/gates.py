@@ -39,8 +39,7 @@ class Source:
 
 def resolve_model(ctx: Context, model: str) -> Source:
     """`base`, a registered checkpoint id, or a path to either; anything else is refused."""
-    card = ctx.require_card()
-    base = card["base_model"]
+    base = ctx.require_card().base_model
     base_path = ctx.workdir / base
     base_ref = str(base_path.resolve()) if base_path.exists() else base
     registered = {e["checkpoint"]: e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "registered"}
@@ -110,7 +109,7 @@ def contamination_gate(ctx: Context, result: dict | None) -> str | None:
         return f"passed in mode {result.get('mode')}, not the judges' algorithm (mode simple)"
     if not result.get("indexed_references"):
         return "passed against a reference with no item long enough to judge (0 indexed)"
-    pin = (ctx.card or {}).get("reference")
+    pin = ctx.card.reference if ctx.card else None
     if not pin:
         return "was checked, but no benchmark reference is pinned in the run card (`aci plan update --reference`)"
     if result.get("reference_sha256") != pin["sha256"]:
@@ -122,10 +121,10 @@ def contamination_gate(ctx: Context, result: dict | None) -> str | None:
 def pin_at_first_check(ctx: Context, path: Path, sha256: str) -> dict | None:
     """The run card's pinned reference; a run card without one pins `path` (the first check's)."""
     card = ctx.card
-    if not card or card.get("reference"):
-        return (card or {}).get("reference")
+    if not card or card.reference:
+        return card.reference if card else None
     pin = {"path": str(path), "sha256": sha256}
-    model = records.RunCard.model_validate({**card, "reference": pin})
+    model = card.model_copy(update={"reference": pin})
     with ctx.state.event("plan", f"reference pinned at the first contamination check: {path} (sha256 "
                                  f"{sha256[:12]})", tool="contamination") as w:
         w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
@@ -147,7 +146,7 @@ def pin_reference(ctx: Context, given: str, old: dict | None) -> dict:
 
 def resolve_template(ctx: Context, given: str | None) -> Path | None:
     """The template to render with: the run card's unless told otherwise (refused under a strict profile)."""
-    card_template = (ctx.card or {}).get("template")
+    card_template = ctx.card.template if ctx.card else None
     card_path = ctx.path(card_template, what="template") if card_template else None
     if given:
         p = ctx.path(given, what="template")
@@ -210,12 +209,22 @@ def measured_rate(ctx: Context, method: str, model_path: str, lora: bool) -> tup
     return same or similar or (None, "no measurement")
 
 
+def check_reserve(ctx: Context) -> None:
+    """Refuse any training once the final reserve has started: a clock reading, checked before the data is
+    read or a tokenizer loaded (a dry run refused after 21.7 s of such work taught this)."""
+    left = ctx.clock.left_for_work()
+    if left is not None and left <= timedelta(0):
+        raise ctx.rules.refuse("final-reserve", f"the final reserve has started ({clock.fmt(ctx.clock.left())} left, "
+                                                f"reserve {clock.fmt(ctx.clock.reserve)}); no new training")
+
+
 def check_deadline(ctx: Context, work: Work, rate: float | None, rate_source: str, tokenize_s: float = 0.0) -> dict:
     """Refuse a run that cannot end before the final reserve; return the estimate either way.
 
     The estimate is loading (`STARTUP_S`) plus `tokenize_s` (the job renders and tokenizes the whole
     data file before step 1; the checks measure it on their samples) plus the tokens at `rate`.
     """
+    check_reserve(ctx)
     left = ctx.clock.left_for_work()
     startup = STARTUP_S + tokenize_s
     duration = clock.estimate(work.tokens, rate, startup)
@@ -225,9 +234,6 @@ def check_deadline(ctx: Context, work: Work, rate: float | None, rate_source: st
             "deadline_source": ctx.clock.source}
     if left is None:
         return info
-    if left <= timedelta(0):
-        raise ctx.rules.refuse("final-reserve", f"the final reserve has started ({clock.fmt(ctx.clock.left())} left, "
-                                                f"reserve {clock.fmt(ctx.clock.reserve)}); no new training")
     if duration is not None and duration > left:
         usable = left.total_seconds() - startup
         fit = int(usable * rate / work.tokens_per_step) if usable > 0 and work.tokens_per_step else 0

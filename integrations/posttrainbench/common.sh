@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # posttrain-aci inside a PostTrainBench task container: what every <agent>/solve.sh shares.
 #
 # The harness copies only agents/<name>/solve.sh into the container (as ~/agent_solve.sh) and runs it
@@ -180,7 +181,7 @@ for raw in m.requires("posttrain-aci") or []:  # the core ones and the data extr
 PY
 )" || aci_die "cannot read posttrain-aci's requirements"
     [ -n "$requirements" ] || return 0
-    aci_log "installing its missing requirements: $(echo $requirements)"
+    aci_log "installing its missing requirements: ${requirements//$'\n'/ }"
     aci_constraints "$ACI_VENV/bin/python" all > "$ACI_HOME/constraints.txt"
     # shellcheck disable=SC2086
     if ! aci_pip install -q -c "$ACI_HOME/constraints.txt" $requirements; then
@@ -189,7 +190,7 @@ PY
         aci_constraints "$ACI_VENV/bin/python" stack > "$ACI_HOME/constraints.txt"
         # shellcheck disable=SC2086
         aci_pip install -q -c "$ACI_HOME/constraints.txt" $requirements \
-            || aci_die "cannot install posttrain-aci's requirements ($(echo $requirements)) without changing the ML stack"
+            || aci_die "cannot install posttrain-aci's requirements (${requirements//$'\n'/ }) without changing the ML stack"
     fi
 }
 
@@ -257,11 +258,11 @@ aci_setup() {
     fi
     local limit=() status
     command -v timeout > /dev/null && limit=(timeout -k 10 "$ACI_SETUP_TIMEOUT")
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086,SC2163
     export -f $ACI_FUNCTIONS
     "${limit[@]}" bash -c aci_setup_steps 2>&1 < /dev/null | tee -a "$ACI_LOG" >&2
     status="${PIPESTATUS[0]}"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086,SC2163
     export -nf $ACI_FUNCTIONS
     if [ -s "$ACI_HOME/ready" ]; then
         ACI_PROMPT="$ACI_PROMPT
@@ -287,8 +288,7 @@ aci_seconds_to_stop() {
 aci_stop_agent() {
     [ -n "${ACI_AGENT_PID:-}" ] || return 0
     kill -TERM "$ACI_AGENT_PID" 2> /dev/null || return 0
-    local i
-    for i in $(seq 1 20); do
+    for _ in $(seq 1 20); do
         kill -0 "$ACI_AGENT_PID" 2> /dev/null || return 0
         sleep 1
     done

@@ -2,7 +2,7 @@
 # PostTrainBench submission: Claude Code with posttrain-aci (see ../README.md).
 # The launch line is the harness's agents/claude/solve.sh (new_judge_v2 @d27a95e; main @9082063 lacks
 # the effort level). The agent starts even when setup fails; see common.sh.
-ACI_AGENT=claude-code
+export ACI_AGENT=claude-code
 # >>> common.sh (pack.sh puts its text here)
 # shellcheck source=../common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../common.sh"

@@ -3,7 +3,7 @@
 # The config and launch line are the harness's agents/opencode/solve.sh (main @9082063, new_judge_v2
 # @d27a95e): permissions, and the providers anthropic, openai, opencode and zai (GLM through Z.AI's
 # OpenAI-compatible API). The agent starts even when setup fails; see common.sh.
-ACI_AGENT=opencode
+export ACI_AGENT=opencode
 # >>> common.sh (pack.sh puts its text here)
 # shellcheck source=../common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../common.sh"

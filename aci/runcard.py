@@ -1,0 +1,171 @@
+"""The run card (`run.json`, `records.RunCard`): what is post-trained, against what, until when.
+
+`plan init` creates it (template guessed from `templates/`, deadline from `timer.sh`, the evaluation files
+that `no-eval-edits` protects hashed), `plan update` changes fields; both validate the whole card and
+write it as one event.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from aci import manifest, records
+from aci import rules as rules_mod
+from aci.clock import parse_deadline, read_timer
+from aci.context import Context
+from aci.errors import ACIError
+from aci.progress import PROFILE_CHANGE
+from aci.state import iso, now
+from aci.training import gates as train_gates
+
+FAMILIES = ("qwen", "llama", "gemma", "smollm", "mistral", "phi")
+
+
+def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
+    """Write a new run card from the given fields and what the working directory says; returns warnings."""
+    missing = [f for f in ("base_model", "benchmark") if f not in fields]
+    if missing:
+        raise ACIError(f"plan init needs {', '.join('--' + m.replace('_', '-') for m in missing)}")
+    profile = fields.get("profile", "default")
+    rules = rules_mod.load(profile)
+    card = {"profile": profile, "budget_hours": rules.profile.budget_hours, "started_at": iso(),
+            "workdir": str(ctx.workdir), **fields}
+    if "template" not in card:
+        guess = guess_template(ctx, card["base_model"], card.get("eval_command"))
+        if guess:
+            card["template"] = guess
+    remaining = read_timer(ctx.workdir)
+    if remaining is not None:
+        card["deadline"] = (now() + remaining).isoformat(timespec="seconds")
+        if "budget_hours" not in fields:
+            card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
+    card["protected"] = protected_digests(ctx, rules.protected())
+    if "reference" in card:
+        card["reference"] = train_gates.pin_reference(ctx, card["reference"], None)
+    warnings = check_fields(ctx, card)
+    message = f"run card: {card['base_model']} on {card['benchmark']}"
+    change = profile_change(ctx, profile)
+    if change:
+        message += f" (rules profile {change['from']} -> {change['to']})"
+        event_data = {**event_data, PROFILE_CHANGE: change}
+        if change["weakened"]:
+            warnings.append(f"the rules profile changed from {change['from']} to {change['to']} mid-run, which "
+                            f"weakens them: {'; '.join(change['weakened'])}. The journal keeps this and status "
+                            f"shows it for the rest of the run")
+    _write(ctx, card, message, event_data)
+    return warnings
+
+
+def profile_change(ctx: Context, profile: str) -> dict | None:
+    """`init --force` over a card with another rules profile: from, to, and what the switch weakens (an
+    agent once switched to `default` to get past a refusal and silently dropped the contamination gate)."""
+    old = ctx.card.profile if ctx.card else None
+    if not old or old == profile:
+        return None
+    weakened = rules_mod.load(old).profile.weakened_in(rules_mod.load(profile).profile)
+    return {"from": old, "to": profile, "weakened": weakened}
+
+
+def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:
+    """Change fields of the run card (never its profile); returns warnings."""
+    card = ctx.require_card().model_dump(mode="json", exclude_none=True)
+    if not fields:
+        raise ACIError("plan update needs at least one field to change")
+    if "profile" in fields and fields["profile"] != card.get("profile"):
+        raise ACIError("the rules profile is fixed at init; re-init with force=true to change it")
+    if "reference" in fields:
+        fields["reference"] = train_gates.pin_reference(ctx, fields["reference"], card.get("reference"))
+    card.update(fields)
+    warnings = check_fields(ctx, card)
+    _write(ctx, card, f"run card updated: {', '.join(sorted(fields))}", event_data)
+    return warnings
+
+
+def _write(ctx: Context, card: dict, message: str, event_data: dict) -> None:
+    model = records.RunCard.model_validate(card)
+    with ctx.state.event("plan", message, tool="plan", data=event_data) as w:
+        w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
+
+
+def _eval_script(ctx: Context, eval_command: str | None) -> Path | None:
+    """The Python script the eval command runs (`evaluate.py` in the task folder by default)."""
+    words = shlex.split(eval_command or "", posix=True) if eval_command else []
+    named = [ctx.workdir / w for w in words if w.endswith(".py")]
+    found = [p for p in [*named, ctx.workdir / "evaluate.py"] if p.is_file()]
+    return found[0] if found else None
+
+
+def _template_named_by(script: Path | None, family: str) -> str | None:
+    """The .jinja file the evaluation script picks for `family`: the first file name quoted after the
+    family's name with no other string between, as in PostTrainBench's `elif model_type_str == 'gemma':
+    template = 'gemma3_tool_calling.jinja'` (BFCL; its other benchmarks pick `gemma3.jinja`)."""
+    if script is None:
+        return None
+    text = script.read_text(encoding="utf-8", errors="replace")
+    found = re.search(rf"""['"]{re.escape(family)}['"][^'"]{{0,80}}['"]([\w.-]+\.jinja)['"]""", text)
+    return found.group(1) if found else None
+
+
+def guess_template(ctx: Context, base_model: str, eval_command: str | None) -> str | None:
+    """The template the evaluation renders for this base model: the one its script names for the model's
+    family, else the family's template in templates/ (not a tool-calling variant), else the only one."""
+    folder = ctx.workdir / "templates"
+    if not folder.is_dir():
+        return None
+    found = sorted(folder.glob("*.jinja"))
+    low = base_model.lower()
+    for fam in FAMILIES:
+        if fam in low:
+            named = _template_named_by(_eval_script(ctx, eval_command), fam)
+            if named and (folder / named).is_file():
+                return str((folder / named).relative_to(ctx.workdir))
+            match = [p for p in found if fam in p.stem.lower() and "tool" not in p.stem.lower()]
+            if match:
+                return str(match[0].relative_to(ctx.workdir))
+    return str(found[0].relative_to(ctx.workdir)) if len(found) == 1 else None
+
+
+def protected_digests(ctx: Context, protected: list[str]) -> dict[str, str]:
+    """sha256 of every file under the protected paths, so a later edit can be named (rule no-eval-edits)."""
+    out = {}
+    for name in protected:
+        p = ctx.workdir / name
+        files = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else []
+        for f in files[:500]:
+            out[str(f.relative_to(ctx.workdir))] = manifest.file_hash(f)
+    return out
+
+
+def check_fields(ctx: Context, card: dict) -> list[str]:
+    """Refuse an unusable eval command or template; normalise the deadline; warnings for what may work."""
+    warnings = []
+    cmd = card.get("eval_command")
+    if cmd and "{model_path}" not in cmd:
+        raise ACIError("eval_command must contain the {model_path} placeholder (and ideally {limit} and {output})")
+    if cmd and "{output}" not in cmd and not card.get("metric_key"):
+        warnings.append("eval_command has no {output} placeholder: its metrics JSON cannot be read")
+    if card.get("template"):
+        ctx.path(card["template"], must_exist=True, what="template")
+    if card.get("deadline"):
+        deadline, note = parse_deadline(str(card["deadline"]))
+        card["deadline"] = deadline.isoformat()
+        warnings += [note] if note else []
+    return warnings
+
+
+def onto_existing(card: records.RunCard, fields: dict) -> tuple[dict, list[str]]:
+    """`init` on a card that exists: the fields to apply as an update, and notes saying so. The profile
+    and the base model stay as the card has them (they decide the rules and what may be trained)."""
+    notes = []
+    current = card.model_dump(mode="json")
+    for key in ("profile", "base_model"):
+        given = fields.pop(key, None)
+        if given is not None and given != current.get(key):
+            notes.append(f"kept the card's {key} {current.get(key)!r} (you gave {given!r}); if that is wrong, "
+                         f"`aci plan init --force` with every field replaces the card")
+    changed = {k: v for k, v in fields.items() if current.get(k) != v}
+    notes.insert(0, f"a run card already existed (started {current.get('started_at')}): init applied "
+                    f"{', '.join(sorted(changed)) or 'nothing new'} to it as an update")
+    return changed, notes
