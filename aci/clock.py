@@ -20,6 +20,7 @@ from aci.records import RunCard
 from aci.state import now
 
 TIMER = "timer.sh"
+LAST_MARGIN = timedelta(minutes=5)  # no job runs into the last minutes: finalize and the harness need them
 TIMER_RESOLUTION = timedelta(minutes=1)  # timer.sh prints whole minutes, rounded down
 TIMER_SLACK = timedelta(seconds=5)  # running timer.sh and reading this machine's clock
 _REMAINING = re.compile(r"(\d+):(\d{1,2})\s*$")
@@ -67,6 +68,14 @@ class Clock:
         """Time until the final reserve starts: what jobs may use."""
         left = self.left(at)
         return None if left is None else max(left - self.reserve, timedelta(0))
+
+    def job_stop(self, at: datetime | None = None) -> datetime | None:
+        """When a job started at `at` (now) must end: where the final reserve starts. A job started inside
+        the reserve (an evaluation before the last promotion) ends `LAST_MARGIN` before the deadline."""
+        if self.deadline is None:
+            return None
+        start = self.deadline - self.reserve
+        return start if (at or now()) < start else self.deadline - LAST_MARGIN
 
     def in_reserve(self) -> bool:
         left = self.left()

@@ -3,7 +3,10 @@
 `start()` launches `python -m aci.jobs <job dir>` in a new session (so it outlives the MCP server and
 the agent's shell). That supervisor runs the job's command with its output in `log`, waits, and writes
 `exit.json` (with the CPU time and peak memory the job used) and a journal event when the command ends,
-for any reason. The job itself reports progress
+for any reason. Every job, of any kind, has a stop time (`stop_at` in `job.json`; by default where the
+run's final reserve starts, see `Clock.job_stop`): the supervisor sends SIGTERM to the job's process
+group then, and SIGKILL `grace_s` later, so no training, evaluation, server or measurement runs past it
+whatever the job's own code does. The job itself reports progress
 by writing `progress.json` (see `write_progress`). A job whose supervisor vanished without `exit.json`
 (SIGKILL, OOM killer, machine restart) is reported failed, with the tail of its log, and `reap()` records
 that verdict in state so it survives. Processes are recognised by pid *and* start time, so a recycled
@@ -15,24 +18,31 @@ reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from aci import records
+from aci import disk, records
 from aci.errors import ACIError
-from aci.state import State, atomic_write_json, iso, now, read_json
+from aci.state import State, atomic_write_json, fsync_dir, iso, now, parse_ts, read_json
 
 STOP_GRACE_S = 20.0
+# Seconds between SIGTERM and SIGKILL at a job's stop time: a training job saves a last checkpoint then.
+DEADLINE_GRACE_S = {"train": 120.0}
+DEFAULT_DEADLINE_GRACE_S = 30.0
+RUN_CLOCK = "run"  # `start(stop_at=RUN_CLOCK)`: the stop time the run's clock gives a job started now
 
 
 class JobView(BaseModel):
@@ -63,14 +73,26 @@ def new_id(kind: str) -> str:
     return f"{kind}-{time.strftime('%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
+def run_stop_time(state: State, workdir: Path) -> datetime | None:
+    """The stop time the run's clock gives a job started now (None without a deadline)."""
+    from aci.context import Context
+
+    return Context(state=state.root, workdir=workdir).clock.job_stop()
+
+
 def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Path, message: str,
-          env: dict[str, str] | None = None, job_id: str | None = None, exclusive: bool = False) -> JobView:
+          env: dict[str, str] | None = None, job_id: str | None = None, exclusive: bool = False,
+          stop_at: datetime | str | None = RUN_CLOCK, grace_s: float | None = None) -> JobView:
     """Launch a supervised job and record it as one state event.
 
     `exclusive`: refuse while another job holds the GPU (`gpu_busy`), checked under the state lock so two
-    concurrent starts cannot both pass.
+    concurrent starts cannot both pass. `stop_at`: when the supervisor ends the job (default: the run's
+    clock; None: never); `grace_s`: SIGTERM to SIGKILL then (default per kind).
     """
     job_id = job_id or new_id(kind)
+    if stop_at == RUN_CLOCK:
+        stop_at = run_stop_time(state, cwd)
+    grace = grace_s if grace_s is not None else DEADLINE_GRACE_S.get(kind, DEFAULT_DEADLINE_GRACE_S)
     folder = job_dir(state, job_id)
     if folder.exists():
         raise ACIError(f"job {job_id} already exists")
@@ -80,9 +102,10 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         if busy:
             raise ACIError(busy)
         folder.mkdir(parents=True)
+        _reserve_exit_record(folder)
         w.write_json(f"{rel}/config.json", config)
         record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)
-        dumped = record.model_dump(mode="json")
+        dumped = record.model_dump(mode="json") | {"grace_s": grace, "stop_at": iso(stop_at) if stop_at else None}
         w.write_json(f"{rel}/job.json", dumped | {"cwd": str(cwd)})
         log = open(folder / "log", "ab")
         full_env = {**os.environ, **(env or {}), "ACI_JOB_DIR": str(folder), "ACI_STATE": str(state.root),
@@ -96,6 +119,35 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         w.write_json(f"{rel}/job.json", dumped | {
             "cwd": str(cwd), "supervisor_pid": sup.pid, "supervisor_start": _start_time(sup.pid)})
     return view(state, job_id)
+
+
+EXIT_RESERVE = "exit.reserve"  # bytes set aside at launch for exit.json, so a full disk cannot keep it unwritten
+END_PENDING = "end.pending"  # present until the job's end event is committed to state (see `reap`)
+
+
+def _reserve_exit_record(folder: Path) -> None:
+    with open(folder / EXIT_RESERVE, "wb") as f:
+        f.write(b" " * 4096)
+        f.flush()
+        os.fsync(f.fileno())
+    (folder / END_PENDING).touch()
+
+
+def _write_exit_record(folder: Path, ex: dict) -> None:
+    """Write exit.json into the space reserved at launch (then rename it), so it needs no new disk blocks."""
+    data = (json.dumps(ex, indent=2) + "\n").encode()
+    reserve = folder / EXIT_RESERVE
+    if not reserve.exists() or len(data) > reserve.stat().st_size:
+        atomic_write_json(folder / "exit.json", ex)
+        reserve.unlink(missing_ok=True)
+        return
+    with open(reserve, "r+b") as f:
+        f.write(data)
+        f.truncate(len(data))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(reserve, folder / "exit.json")
+    fsync_dir(folder)
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -177,12 +229,20 @@ def reap(state: State) -> list[str]:
     """Record jobs whose processes vanished without an exit status as failed (one event each).
 
     The supervisor normally writes `exit.json`; when it was killed too, nothing would, and the job
-    would only look failed to whoever reads it next. Returns the ids reaped.
+    would only look failed to whoever reads it next. A job whose supervisor wrote `exit.json` but could
+    not commit its end event (a full disk) gets that event now. Returns the ids reaped.
     """
     root = state.root / records.JOBS
     reaped = []
     for d in sorted(root.iterdir()) if root.is_dir() else []:
         job = read_json(d / "job.json") if (d / "job.json").exists() else None
+        if job is not None and (d / "exit.json").exists() and (d / END_PENDING).exists() and not _running(job):
+            try:
+                _record_end(state, d, job, read_json(d / "exit.json"), late=True)
+            except ACIError:  # still no space: exit.json says how it ended; the event waits for the next look
+                continue
+            reaped.append(job["id"])
+            continue
         if job is None or (d / "exit.json").exists() or _running(job):
             continue
         try:
@@ -197,6 +257,16 @@ def reap(state: State) -> list[str]:
             continue
         reaped.append(job["id"])
     return reaped
+
+
+def wait(state: State, job_id: str, poll_s: float = 0.1) -> JobView:
+    """Block until the job has ended and its supervisor has recorded it (the end event committed)."""
+    while True:
+        v = view(state, job_id)
+        job = read_json(job_dir(state, job_id) / "job.json")
+        if v.status != "running" and not _alive(job.get("supervisor_pid"), job.get("supervisor_start")):
+            return v
+        time.sleep(poll_s)
 
 
 def list_jobs(state: State, kind: str | None = None) -> list[JobView]:
@@ -243,11 +313,14 @@ def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:
         w.write_json(f"{records.JOBS}/{job_id}/stop", {"requested_at": iso()})
     job = read_json(folder / "job.json")
     pid, started = job.get("pid"), job.get("pid_start")
+    forwarded = pid is None  # not recorded (a full disk at launch): the supervisor forwards SIGTERM to the job
+    if forwarded:
+        pid, started = job.get("supervisor_pid"), job.get("supervisor_start")
     deadline = time.monotonic() + grace_s
     _signal_group(pid, signal.SIGTERM)
     while time.monotonic() < deadline and _alive(pid, started):
         time.sleep(0.2)
-    if _alive(pid, started):
+    if _alive(pid, started) and not forwarded:
         _signal_group(pid, signal.SIGKILL)
     end = time.monotonic() + 10
     while time.monotonic() < end and not (folder / "exit.json").exists() and \
@@ -281,22 +354,41 @@ def _exit(rc: int | None, status: str, reason: str | None, **usage) -> dict:
     return ex.model_dump(mode="json")
 
 
+def _enforce_stop_time(folder: Path, pid: int, stop_at: str, grace_s: float, ended: threading.Event) -> None:
+    """At `stop_at`, record why and SIGTERM the job's group; SIGKILL it `grace_s` later if still running."""
+    if ended.wait(max(0.0, (parse_ts(stop_at) - now()).total_seconds())):
+        return
+    atomic_write_json(folder / "stop", {"requested_at": iso(), "reason": f"reached its stop time {stop_at} (the "
+                                        f"final reserve starts; SIGTERM, SIGKILL after {grace_s:g} s)"})
+    _signal_group(pid, signal.SIGTERM)
+    if not ended.wait(grace_s):
+        _signal_group(pid, signal.SIGKILL)
+
+
 def _supervise(folder: Path) -> int:
     """Run the job's command, then record how it ended. This process is the job's session leader."""
     job = read_json(folder / "job.json")
     state = State(folder.parent.parent)
     child = subprocess.Popen(job["command"], stdin=subprocess.DEVNULL, start_new_session=True)
-    with state.locked():
-        atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid,
-                                                "pid_start": _start_time(child.pid)})
+    try:
+        with state.locked():
+            atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid,
+                                                    "pid_start": _start_time(child.pid)})
+    except OSError as e:  # a full disk: `stop` then signals this supervisor, which forwards to the job
+        _say(f"[aci] could not record the job's pid ({e.strerror})")
     signal.signal(signal.SIGTERM, lambda *_: _signal_group(child.pid, signal.SIGTERM))
+    ended = threading.Event()
+    if job.get("stop_at"):
+        threading.Thread(target=_enforce_stop_time, daemon=True, args=(
+            folder, child.pid, job["stop_at"], float(job.get("grace_s") or DEFAULT_DEADLINE_GRACE_S), ended)).start()
     _, raw, usage = os.wait4(child.pid, 0)  # like child.wait(), plus the resources the job used
+    ended.set()
     rc = child.returncode = os.waitstatus_to_exitcode(raw)
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime + own.ru_utime + own.ru_stime
-    stopped = (folder / "stop").exists()
-    if stopped:
-        status, reason = "stopped", "stop requested"
+    stop = read_json(folder / "stop") if (folder / "stop").exists() else None
+    if stop is not None:
+        status, reason = "stopped", stop.get("reason") or "stop requested"
     elif rc == 0:
         status, reason = "succeeded", None
     elif rc < 0:
@@ -308,11 +400,36 @@ def _supervise(folder: Path) -> int:
     if status == "failed":
         last = [ln for ln in tail(folder / "log", 5).splitlines() if ln.strip()]
         reason += f": {last[-1][:300]}" if last else ""
+        full = disk.full_note(*[Path(p) for p in (job.get("cwd"), (job.get("config") or {}).get("output_dir"),
+                                                  folder) if p])
+        reason += f" ({full})" if full else ""
     ex = _exit(rc, status, reason, cpu_s=round(cpu, 2), max_rss_mb=round(usage.ru_maxrss / 1024, 1))
-    with state.event(job["kind"], f"job {job['id']} {status}", tool=job["kind"], data={"job": job["id"], "returncode": rc}) as w:
-        w.write_json(f"{records.JOBS}/{job['id']}/exit.json", ex)
-        w.track(f"{records.JOBS}/{job['id']}/job.json")  # with the pid recorded at launch
+    _write_exit_record(folder, ex)  # first: if the commit below fails, the job still reads as what it was
+    try:
+        _record_end(state, folder, job, ex)
+    except Exception as e:  # noqa: BLE001 - the end event is retried by reap(); the job's status is in exit.json
+        _say(f"[aci] the end of job {job['id']} is in exit.json but not yet in state ({e}); the next "
+             f"`aci train status` or `aci status` records it")
     return 0
+
+
+def _say(message: str) -> None:
+    """A line in the job's log, which may be on a full disk: the supervisor must not die of writing it."""
+    try:
+        print(message, flush=True)
+    except OSError:
+        pass
+
+
+def _record_end(state: State, folder: Path, job: dict, ex: dict, late: bool = False) -> None:
+    """The job's end event (exit.json, job.json and any stop request committed), then `END_PENDING` goes."""
+    note = " (recorded late: the first commit failed)" if late else ""
+    with state.event(job["kind"], f"job {job['id']} {ex['status']}{note}", tool=job["kind"],
+                     data={"job": job["id"], "returncode": ex.get("returncode")}) as w:
+        for name in ("exit.json", "job.json", "stop"):  # job.json: with the pid recorded at launch
+            if (folder / name).exists():
+                w.track(f"{records.JOBS}/{job['id']}/{name}")
+    (folder / END_PENDING).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ evals/*/*.log
 evals/*/*.responses.jsonl
 jobs/*/log
 jobs/*/progress.json
+jobs/*/exit.reserve
+jobs/*/end.pending
 """
 
 
@@ -187,23 +189,31 @@ class State:
     def event(self, kind: str, message: str, *, tool: str | None = None, data: dict | None = None) -> Iterator[Writer]:
         """Group writes into one journal event and one git commit.
 
-        The block's writes happen first; if it raises, no event is logged and nothing is committed.
+        The block's writes happen first; if it raises, no event is logged and nothing is committed. A full
+        disk is raised as the named condition (`aci.disk`), not as the OSError of whichever write met it.
         """
+        from aci import disk
+
         with self.locked():
-            self._ensure_repo()
-            w = Writer(self)
-            yield w
-            record = {
-                "id": uuid.uuid4().hex[:12],
-                "ts": iso(),
-                "kind": kind,
-                "tool": tool,
-                "message": message,
-                "data": {**(data or {}), **w.data},
-            }
-            append_jsonl(self.root / JOURNAL, record)
-            w.touched.add(JOURNAL)
-            self._commit(sorted(w.touched), f"{kind}: {message}")
+            try:
+                self._ensure_repo()
+                w = Writer(self)
+                yield w
+                record = {
+                    "id": uuid.uuid4().hex[:12],
+                    "ts": iso(),
+                    "kind": kind,
+                    "tool": tool,
+                    "message": message,
+                    "data": {**(data or {}), **w.data},
+                }
+                append_jsonl(self.root / JOURNAL, record)
+                w.touched.add(JOURNAL)
+                self._commit(sorted(w.touched), f"{kind}: {message}")
+            except OSError as e:
+                if disk.is_full_error(e):
+                    raise disk.full_error(e, self.root, f"recording '{kind}: {message}' in state") from None
+                raise
 
     # -- git ----------------------------------------------------------------------------------------
     def _ensure_repo(self) -> None:

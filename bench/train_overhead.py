@@ -4,7 +4,9 @@ Both sides train the embedded "demo" model on the same samples with the same set
 max length, learning rate and schedule, checkpoints, CPU fp32), rendered with the same ChatML template:
 
 * aci: `aci train start` as a fresh CLI process (imports, gates, tokenizer checks, one git commit, job
-  launch) until the job's `exit.json` exists (checkpoints registered in state, progress written);
+  launch) until the job's `exit.json` exists (checkpoints registered in state, progress written); the
+  next run (and the temporary folder's removal) then waits for the supervisor's last commit, which
+  follows `exit.json` (removing the folder under it crashed with `Directory not empty: 'objects'`);
 * plain: `python <this file> --plain` running `SFTTrainer(assistant_only_loss=True)` with the template's
   generation markers, the way a hand-written script would, from process start to exit.
 
@@ -71,6 +73,14 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def run_aci(work: Path, steps: int) -> tuple[float, float]:
     """Wall and CPU seconds: the CLI process, then the detached job (its supervisor reports its CPU)."""
     args = [f"--{k.replace('_', '-')}={v}" for k, v in settings(steps).items()]
@@ -83,6 +93,9 @@ def run_aci(work: Path, steps: int) -> tuple[float, float]:
     while not exit_file.exists():
         time.sleep(0.02)
     wall = time.perf_counter() - t0
+    supervisor = json.loads((exit_file.parent / "job.json").read_text())["supervisor_pid"]
+    while _running(supervisor):  # it commits the job's end after exit.json: nothing writes to state after this
+        time.sleep(0.02)
     ex = json.loads(exit_file.read_text())
     if ex["status"] != "succeeded":
         raise SystemExit(f"aci job {job} {ex['status']}: see {exit_file.parent / 'log'}")

@@ -44,7 +44,10 @@ def test_eval_command_result_is_recorded_as_one_event(workdir, tiny_model):
     assert e["duration_s"] > 0 and e["error"] is None
     assert entries(workdir) == [e]
     records.CheckpointEntry.model_validate(e)
-    assert len(c.state.history()) == commits + 1  # one event, one commit
+    # one evaluation event with the result, between the events of the job it ran in
+    assert c.state.history()[:3] == [f"eval: job {e['job']} succeeded", "eval: base scored 0.2 on 40 samples by "
+                                     "eval-command", f"eval: started job {e['job']}: evaluate base with command"]
+    assert len(c.state.history()) == commits + 3
     metrics = c.state.root / "evals" / e["eval_id"] / "seed-0.metrics.json"
     assert json.loads(metrics.read_text())["accuracy"] == pytest.approx(0.2)
     assert f"evals/{e['eval_id']}/seed-0.metrics.json" in _tracked(c)
@@ -458,15 +461,17 @@ def test_model_identity_under_posttrainbench(workdir, tiny_model):
     """Over MCP: registering a folder with --parent needs evidence and no name pointing at another model; the
     architecture (nested text_config too) must match; a registered folder that changed is refused by
     evaluation, training and promotion."""
-    from aci import manifest
+    from tests.train_helpers import bench_items
 
     base = copy_model(tiny_model, workdir / "models" / "Qwen3-1.7B-Base", 0.2)
     cfg = json.loads((base / "config.json").read_text())
     text = {k: cfg[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                 "num_key_value_heads", "vocab_size")} | {"model_type": cfg["model_type"]}
     (base / "config.json").write_text(json.dumps({**cfg, "text_config": text}))  # nested, as Gemma 3 has it
+    (workdir / "bench_items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bench_items()))
     registry.call("plan", {"action": "init", "base_model": "models/Qwen3-1.7B-Base", "benchmark": "toy",
-                           "profile": "posttrainbench", "eval_command": eval_command()}, ctx(workdir))
+                           "profile": "posttrainbench", "eval_command": eval_command(),
+                           "reference": "bench_items.jsonl"}, ctx(workdir))
     _claims(base, workdir / "models" / "Qwen3-1.7B", 0.9)  # the instruct sibling, with a trainer_state.json
     _claims(base, workdir / "out" / "named", 0.9, _name_or_path="Qwen/Qwen3-1.7B")
     lora = workdir / "out" / "lora"
@@ -480,7 +485,7 @@ def test_model_identity_under_posttrainbench(workdir, tiny_model):
     data = workdir / "sft.jsonl"
     data.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
                                                                                   "content": "hello"}]}) + "\n")
-    manifest.update(ctx(workdir).state, data, "contamination", {"verdict": "pass"}, message="checked", tool="contamination")
+    assert registry.call("contamination", {"path": "sft.jsonl"}, ctx(workdir)).opens_train_gate
 
     async def go():
         async with mcp_client(workdir) as client:
@@ -562,6 +567,52 @@ def test_content_hash_sees_a_weight_swap_but_not_a_copy(tmp_path, tiny_model):
     after = identity.pin(a)
     assert after["content_hash"] != before["content_hash"]
     assert [k for k in after["files"] if after["files"][k] != before["files"][k]] == ["model-00002.safetensors"]
+
+
+def test_a_foreground_evaluation_is_a_job_that_outlives_the_server(workdir, tiny_model):
+    """The MCP server dies (SIGKILL) during a foreground evaluation: the eval command does not run on unseen;
+    it is the child of an evaluation job that status lists, which finishes and records the result."""
+    import os
+    import signal
+
+    from aci import jobs
+
+    init_run(workdir, tiny_model, command=eval_command("--sleep", "6"))
+
+    def server_pids() -> list[int]:
+        found = []
+        for p in Path("/proc").iterdir():
+            try:
+                if p.name.isdigit() and b"serve" in (p / "cmdline").read_bytes() and \
+                        Path(os.readlink(p / "cwd")) == workdir:
+                    found.append(int(p.name))
+            except OSError:
+                continue
+        return found
+
+    async def go():
+        async with mcp_client(workdir) as client:
+            call_ = asyncio.create_task(client.call_tool("eval-checkpoint", {"checkpoint": "base", "limit": 40}))
+            await asyncio.sleep(3)
+            [pid] = server_pids()
+            os.kill(pid, signal.SIGKILL)
+            try:
+                await asyncio.wait_for(call_, 30)
+            except BaseException:  # the server is gone: the call cannot answer
+                pass
+
+    try:
+        asyncio.run(go())
+    except BaseException:
+        pass
+    c = ctx(workdir)
+    [job] = jobs.list_jobs(c.state, kind="eval")
+    assert job.status in ("running", "succeeded"), job
+    done = jobs.wait(c.state, job.id)
+    assert done.status == "succeeded", done
+    [e] = entries(workdir)
+    assert e["job"] == job.id and e["score"] == pytest.approx(0.2)
+    registry.call("status", {}, c)  # and the run goes on
 
 
 def test_full_evaluation_and_the_sample_count_the_run_reports(workdir, tiny_model):

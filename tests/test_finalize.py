@@ -166,3 +166,70 @@ def test_finalize_through_the_stdio_mcp_server(workdir, tiny_model):
     asyncio.run(go())
     assert json.loads((ctx(workdir).state.root / FINALIZE).read_text())["passed"] is False
     assert os.path.isdir(final)
+
+
+IN_PROCESS = """
+import sys
+from aci import registry
+from aci.context import Context
+from aci.embedded import build_model
+
+c = Context()
+print(registry.call("eval-checkpoint", {"checkpoint": "base", "evaluator": "dev", "dev_set": "dev.jsonl",
+                                        "default_grader": "last-number", "max_new_tokens": 4}, c).result["job"])
+out = registry.call("finalize", {}, c)
+assert {i.name: i.passed for i in out.items}["generates"], out.items
+print(sorted(m for m in sys.modules if m.startswith("transformers.models.") and ".modeling_" in m
+             and ".auto." not in m))  # e.g. transformers.models.qwen2.modeling_qwen2, imported to build a model
+"""
+
+
+def test_models_are_loaded_in_processes_that_exit(workdir, tiny_model):
+    """A dev-set evaluation and finalize's generation check, called where the MCP server calls them, never
+    load a model class into the calling process: they run in an evaluation job and a child process."""
+    import subprocess
+    import sys
+
+    _promoted(workdir, tiny_model)
+    rows = [{"id": f"t{i}", "messages": [{"role": "user", "content": f"{i} + 1?"}], "gold": {"answer": str(i + 1)}}
+            for i in range(3)]
+    (workdir / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = subprocess.run([sys.executable, "-c", IN_PROCESS], cwd=workdir, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    job, loaded = run.stdout.strip().splitlines()[-2:]
+    assert job.startswith("eval-") and (workdir / "state" / "jobs" / job / "exit.json").is_file()
+    assert loaded == "[]"  # no transformers model class was ever imported in the caller
+
+
+def test_finalize_certifies_the_promotion_it_checked(workdir, tiny_model):
+    """Over MCP: a promotion that arrives while finalize checks waits for it, so finalize's record names the
+    folder it checked and the finalized gate is not passed by a model nobody checked."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.eval_helpers import eval_command
+
+    final = _promoted(workdir, tiny_model)
+    checked = swap.marker(final)["promotion_id"]
+    copy_model(tiny_model, workdir / "ck2", 0.9)
+    call(workdir, checkpoint="ck2", parent="base", limit=40)
+    registry.call("plan", {"action": "update", "eval_command": eval_command("--sleep", "8")}, ctx(workdir))
+
+    async def go():
+        async with mcp_client(workdir) as client:
+            task = asyncio.create_task(client.call_tool("finalize", {"eval_limit": 40}))
+            await asyncio.sleep(4)
+            promote = subprocess.Popen([sys.executable, "-m", "aci.cli", "eval-checkpoint", "promote", "--checkpoint",
+                                        "ck2"], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            started = time.monotonic()
+            r = await task
+            return r, promote, started
+
+    r, promote, started = asyncio.run(go())
+    assert promote.wait(timeout=300) == 0, promote.stderr
+    assert not r.is_error and r.structured_content["passed"], r.content
+    record = json.loads((workdir / "state" / FINALIZE).read_text())
+    assert record["promotion_id"] == checked and record["checkpoint"] == "ck"
+    assert swap.marker(final)["checkpoint"] == "ck2"  # promoted once finalize had finished
+    assert not gates(ctx(workdir))["finalized"].passed  # ck2 was never checked

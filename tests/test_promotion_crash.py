@@ -1,11 +1,12 @@
 """SIGKILL during promotion, again and again: `final_model/` is always the old model or the new one.
 
-A subprocess promotes two checkpoints in turn, forever (the real build, seal, swap and state writes,
+A process promotes two checkpoints in turn, forever (the real build, seal, swap and state writes,
 without the keep-best decision, which would stop the ping-pong). It is killed at a random instant,
-twenty times; after each kill the folder must load (config and weights), every file must belong to
+a hundred times; after each kill the folder must load (config and weights), every file must belong to
 the one version its marker names, and after the recovery any later promotion runs first, `best.json`
 must name that same version and no half-built folder may remain. Half the runs use the portable
-two-rename swap instead of the atomic directory exchange.
+two-rename swap instead of the atomic directory exchange. The promoting processes are forked from one
+that imported everything once, so the kills land inside promotions, not inside Python's start-up.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -24,24 +26,36 @@ from aci.evaluation import promotion, swap
 from aci.manifest import file_hash
 from tests.eval_helpers import copy_model, ctx, init_run, register
 
-KILLS = 20
-LOOP = """
-import sys
+KILLS = 100
+# Reads `<runs> <exchange>` lines: forks a child that promotes the ids in turn (`runs` times, 0 = until
+# killed) with the directory exchange on ("1") or off ("0"), prints its pid, then `reaped <status>` once
+# it has ended (the test kills it).
+ZYGOTE = """
+import os, sys
 from pathlib import Path
+import filelock, git, tokenizers  # imported once, before the forks
 from aci.context import Context
 from aci.evaluation import checkpoints, promotion, swap
 
-ctx = Context(workdir=Path(sys.argv[1]))
-ids = sys.argv[2:]
+workdir, ids = Path(sys.argv[1]), sys.argv[2:]
 evaluation = {"score": 0.5, "evaluator": "crash-test", "limit": None, "samples": 40, "range": [0.5, 0.5]}
 print("ready", flush=True)
-i = 0
-while True:
-    ck = checkpoints.resolve(ctx, ids[i % len(ids)])
-    with swap.locked(ctx.state.root):
-        promotion.sync(ctx)
-        promotion.install(ctx, ck, evaluation, None, None)
-    i += 1
+for line in sys.stdin:
+    runs, exchange = line.split()
+    pid = os.fork()
+    if pid == 0:
+        os.environ[swap.EXCHANGE_ENV] = exchange
+        ctx = Context(workdir=workdir)
+        i = 0
+        while int(runs) == 0 or i < int(runs):
+            ck = checkpoints.resolve(ctx, ids[i % len(ids)])
+            with swap.locked(ctx.state.root):
+                promotion.sync(ctx)
+                promotion.install(ctx, ck, evaluation, None, None)
+            i += 1
+        os._exit(0)
+    print(pid, flush=True)
+    print("reaped", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """
 
 
@@ -81,19 +95,30 @@ def test_sigkill_during_promotion_always_leaves_a_loadable_final_model(workdir, 
     versions = {"job/checkpoint-1": (file_hash(a / "model.safetensors"), 0.3),
                 "job/checkpoint-2": (file_hash(b / "model.safetensors"), 0.7)}
     assert versions["job/checkpoint-1"][0] != versions["job/checkpoint-2"][0]
-    proc = subprocess.run([sys.executable, "-c", LOOP.replace("while True", "while i < 1"), str(workdir),
-                           "job/checkpoint-1"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE, str(workdir), "job/checkpoint-1", "job/checkpoint-2"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def fork(runs: int, exchange: str) -> int:
+        zygote.stdin.write(f"{runs} {exchange}\n")
+        zygote.stdin.flush()
+        return int(zygote.stdout.readline())
+
+    def reaped() -> int:
+        line = zygote.stdout.readline().split()
+        assert line[:1] == ["reaped"], (line, zygote.stderr.read() if zygote.poll() is not None else "")
+        return int(line[1])
+
+    assert zygote.stdout.readline().strip() == "ready", zygote.stderr.read()
+    fork(1, "1")
+    assert reaped() == 0  # a first promotion, so every kill below replaces a model
     rng = random.Random(4)
     seen, missing_before_recovery, repaired = set(), 0, 0
     for k in range(KILLS):
-        env = None if k % 2 == 0 else {**os.environ, swap.EXCHANGE_ENV: "0"}
-        p = subprocess.Popen([sys.executable, "-c", LOOP, str(workdir), "job/checkpoint-2", "job/checkpoint-1"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        exchange = "1" if k % 2 == 0 else "0"
+        pid = fork(0, exchange)
         time.sleep(rng.uniform(0.0, 1.2))
-        p.kill()
-        p.wait()
+        os.kill(pid, signal.SIGKILL)
+        assert reaped() == -signal.SIGKILL
         final = workdir / "final_model"
         if k % 2 == 0:  # the atomic exchange never leaves the name empty, not even for an instant
             assert final.is_dir()
@@ -111,6 +136,8 @@ def test_sigkill_during_promotion_always_leaves_a_loadable_final_model(workdir, 
     print(f"{KILLS} kills: versions seen {sorted(seen)}, final_model missing before recovery "
           f"{missing_before_recovery}x, repairs {repaired}x")
     assert c.state.history()[0]  # git history of the state folder intact
+    zygote.stdin.close()
+    assert zygote.wait(timeout=60) == 0
 
 
 def _writes(name: str, text: str):

@@ -190,6 +190,34 @@ def test_a_refusal_reaches_the_agent_through_mcp(run):
     assert r.is_error and "[rule forbidden-datasets]" in r.content[0].text and "openai/healthbench" in r.content[0].text
 
 
+def test_the_deadline_check_counts_the_time_to_tokenize_the_whole_file(tmp_path, tiny_model):
+    """Over MCP: a file the job must tokenize for minutes before step 1 does not fit in 150 s, however fast
+    the declared training throughput (the estimate used to assume a fixed 60 s before step 1)."""
+    make_run(tmp_path, tiny_model, profile="default", contamination=None)
+    row = json.dumps(sft_rows(1)[0]) + "\n"
+    (tmp_path / "big.jsonl").write_text(row * 30_000)
+    ctx = ctx_for(tmp_path)
+    reserve = timedelta(minutes=ctx.rules.profile.final_reserve_min)
+    from aci import registry
+
+    registry.call("plan", {"action": "update", "deadline": (now() + reserve + timedelta(seconds=150)).isoformat()},
+                  ctx)
+
+    async def go():
+        async with mcp_client(tmp_path) as c:
+            small = await c.call_tool("train", {"action": "dry-run", "data": "sft.jsonl", **FAST, "max_steps": 2,
+                                                "tokens_per_s": 1e12})
+            big = await c.call_tool("train", {"action": "dry-run", "data": "big.jsonl", **FAST, "max_steps": 2,
+                                              "tokens_per_s": 1e12})
+            return small, big
+
+    small, big = asyncio.run(go())
+    assert not small.is_error, small.content
+    assert small.structured_content["checks"]["estimate"]["tokenize_s"] < 5
+    assert big.is_error and "[rule final-reserve]" in big.content[0].text
+    assert re.search(r"after ~[\d,]+ s tokenizing the data", big.content[0].text), big.content[0].text
+
+
 def test_every_row_shape_trains_as_the_other_tools_read_it(run, tiny_model):
     """text (every token learned, no template), prompt/completion, question/answer and multi-turn chats."""
     rows = [{"text": "Plain text to learn from: 2 plus 2 is 4."},

@@ -13,7 +13,7 @@ import pytest
 
 from aci import jobs, records, registry
 from aci.errors import ACIError
-from aci.state import State, now, read_json, read_jsonl
+from aci.state import State, now, parse_ts, read_json, read_jsonl
 from tests.train_helpers import FAST, call, ctx_for, make_run, no_stray_jobs, wait  # noqa: F401 (fixture)
 
 LONG = {**FAST, "max_steps": 100_000, "save_steps": 100_000, "lr_scheduler": "constant"}
@@ -141,3 +141,59 @@ def test_job_ids_cannot_leave_the_jobs_folder(workdir, tiny_model):
     finally:
         victim.kill()
         victim.wait()
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    from pathlib import Path
+
+    found = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and text.encode() in (p / "cmdline").read_bytes():
+                found.append(int(p.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_the_supervisor_stops_every_job_kind_at_its_stop_time(workdir, tiny_model):
+    """Over MCP, a background evaluation whose eval command hangs ends where the final reserve starts, the eval
+    command with it; a server job that ignores SIGTERM is killed after its grace period."""
+    import asyncio
+    import sys
+    import time
+
+    from tests.conftest import mcp_client
+    from tests.eval_helpers import eval_command, init_run
+
+    c = init_run(workdir, tiny_model, command=eval_command("--sleep", "600", "--templates-dir", str(workdir)))
+    reserve = timedelta(minutes=c.rules.profile.final_reserve_min)
+    deadline = (now() + reserve + timedelta(seconds=30)).replace(microsecond=0)
+    registry.call("plan", {"action": "update", "deadline": deadline.isoformat()}, c)
+
+    async def go():
+        async with mcp_client(workdir) as client:
+            r = await client.call_tool("eval-checkpoint", {"action": "evaluate", "checkpoint": "base", "limit": 40,
+                                                           "background": True})
+            assert not r.is_error, r.content
+            return r.structured_content["job"]
+
+    job = asyncio.run(go())
+    assert job["status"] == "running" and job["id"].startswith("eval-")
+    stop_at = read_json(c.state.root / records.JOBS / job["id"] / "job.json")["stop_at"]
+    assert parse_ts(stop_at) == deadline - reserve  # where the final reserve starts
+    view = jobs.wait(c.state, job["id"])
+    assert view.status == "stopped" and "reached its stop time" in view.reason, view
+    assert _processes_mentioning(str(workdir)) == []  # the eval command went down with the job
+    [failed] = [e for e in read_jsonl(c.state.root / records.CHECKPOINTS) if e.get("type") == "evaluated"]
+    assert "stop time" in failed["error"]
+
+    stubborn = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                      f"time.sleep(600)  # {workdir}"]
+    started = time.monotonic()
+    v = jobs.start(c.state, "serve", stubborn, {}, cwd=workdir, message="a server that ignores SIGTERM",
+                   stop_at=now() + timedelta(seconds=1), grace_s=1)
+    v = jobs.wait(c.state, v.id)
+    assert v.status == "stopped" and "SIGKILL after 1 s" in v.reason and time.monotonic() - started < 30
+    assert read_json(c.state.root / records.JOBS / v.id / "exit.json")["returncode"] == -9
+    assert _processes_mentioning(str(workdir)) == []

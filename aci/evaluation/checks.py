@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from aci.evaluation import folder, swap
 
 PROMPT = [{"role": "user", "content": "What is 2 + 3? Answer with a number."}]
+GENERATE_TIMEOUT_S = 900.0
 PROMOTE_FIX = "promote a checkpoint again (aci eval-checkpoint promote --checkpoint <id>): promotion writes a complete folder"
 
 
@@ -233,19 +234,36 @@ def _promotion_record(c: Checklist, final: Path, best: dict | None) -> None:
 
 
 def _generate(c: Checklist, final: Path, tok, prompt: str) -> None:
+    """Load the model and generate, in a child process that exits (`aci.evaluation.isolated`): the MCP
+    server that runs `finalize` must not keep the model, or its GPU memory, afterwards."""
+    from aci.errors import ACIError
+    from aci.evaluation import isolated
+
+    try:
+        out = isolated.run("generate", timeout_s=GENERATE_TIMEOUT_S, folder=str(final), prompt=prompt)
+    except ACIError as e:
+        c.add("generates", False, f"the model does not load or generate with transformers: {e}", PROMOTE_FIX)
+        return
+    c.add("generates", True, f"{out['tokens']} tokens: {out['reply'][:80]!r}")
+
+
+def generate_here(folder: str, prompt: str, max_new_tokens: int = 16) -> dict:
+    """A short greedy reply to `prompt` from the model in `folder` (the `generate` op, run in a child)."""
+    from aci.errors import ACIError
+
     try:
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         gpu = torch.cuda.is_available()
-        lm = AutoModelForCausalLM.from_pretrained(final, dtype="auto" if gpu else torch.float32)
+        tok = AutoTokenizer.from_pretrained(folder)
+        lm = AutoModelForCausalLM.from_pretrained(folder, dtype="auto" if gpu else torch.float32)
         lm = lm.to("cuda" if gpu else "cpu").eval()
         enc = tok(prompt, return_tensors="pt", add_special_tokens=False).to(lm.device)
         with torch.no_grad():
-            out = lm.generate(**enc, max_new_tokens=16, do_sample=False,
+            out = lm.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                               pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-        reply = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     except Exception as e:
-        c.add("generates", False, f"the model does not load or generate with transformers: {_err(e)}", PROMOTE_FIX)
-        return
-    c.add("generates", True, f"{out.shape[1] - enc['input_ids'].shape[1]} tokens: {reply[:80]!r}")
+        raise ACIError(_err(e)) from None
+    new = out[0, enc["input_ids"].shape[1]:]
+    return {"tokens": int(new.shape[0]), "reply": tok.decode(new, skip_special_tokens=True)}

@@ -251,9 +251,11 @@ class CommandEvaluator:
             try:
                 rc = proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
                 raise ACIError(f"eval command timed out after {self.timeout_s:.0f} s (raise --timeout-s or lower "
                                f"--limit): {shlex.join(cmd)}; log {log_path}") from None
+            finally:  # timed out, or interrupted (the job's stop time): its whole session goes, vLLM too
+                if proc.poll() is None:
+                    _kill_group(proc)
         text = tail(log_path, 15)
         if rc != 0:
             raise ACIError(f"eval command exited with code {rc}: {shlex.join(cmd)}; last output:\n{text}")

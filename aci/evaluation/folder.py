@@ -74,6 +74,11 @@ def missing_shards(folder: Path) -> list[str]:
     return [n for n in names if not (folder / n).is_file()]
 
 
+def weights_bytes(folder: Path) -> int:
+    """Bytes of the model weights in `folder` (what a copy or a merge of it writes, give or take the tokenizer)."""
+    return sum(p.stat().st_size for p in [*safetensors_files(folder), *bin_files(folder)])
+
+
 def has_tokenizer(folder: Path) -> bool:
     return (folder / "tokenizer.json").is_file() or (folder / "tokenizer.model").is_file() or (
         (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file())
@@ -202,6 +207,13 @@ def fsync_tree(folder: Path) -> None:
 
 
 def _merge_lora(adapter: Path, onto: Path, out: Path) -> None:
+    from aci.evaluation import isolated
+
+    isolated.run("merge-lora", adapter=str(adapter), onto=str(onto), out=str(out))
+
+
+def merge_lora_here(adapter: str, onto: str, out: str) -> dict:
+    """Merge in this process (the `merge-lora` op of `aci.evaluation.isolated`, which callers go through)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -213,17 +225,25 @@ def _merge_lora(adapter: Path, onto: Path, out: Path) -> None:
     except Exception as e:
         raise ACIError(f"merging the LoRA adapter {adapter} onto {onto} failed: {type(e).__name__}: {e}") from None
     merged.save_pretrained(out)  # safetensors by default in every supported transformers
-    for stray in ("generation_config.json", *TOKENIZER_FILES):  # rewritten below from their sources
-        (out / stray).unlink(missing_ok=True)
+    for stray in ("generation_config.json", *TOKENIZER_FILES):  # rewritten by build() from their sources
+        (Path(out) / stray).unlink(missing_ok=True)
+    return {}
 
 
 def _resave_bin(source: Path, out: Path) -> None:
-    """A checkpoint with only pytorch_model*.bin weights, saved again as safetensors."""
+    """A checkpoint with only pytorch_model*.bin weights, saved again as safetensors (in a child process)."""
+    from aci.evaluation import isolated
+
+    isolated.run("resave", source=str(source), out=str(out))
+
+
+def resave_here(source: str, out: str) -> dict:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
     model.save_pretrained(out)
-    (out / GENERATION_CONFIG).unlink(missing_ok=True)
+    (Path(out) / GENERATION_CONFIG).unlink(missing_ok=True)
+    return {}
 
 
 def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | None = None,

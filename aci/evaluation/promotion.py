@@ -21,10 +21,10 @@ import uuid
 
 from pydantic import BaseModel, Field
 
-from aci import records
+from aci import disk, records
 from aci.context import Context
 from aci.errors import ACIError
-from aci.evaluation import checkpoints, identity, runner, stats, swap
+from aci.evaluation import checkpoints, folder, identity, runner, stats, swap
 from aci.evaluation.checkpoints import BASE, Checkpoint
 from aci.state import iso
 
@@ -120,6 +120,9 @@ def install(ctx: Context, ck: Checkpoint, evaluation: dict, comparison: stats.Co
     if comparison is not None:
         best["beat"] = {"checkpoint": reference, "score": comparison.b_score, "method": comparison.method,
                         "delta": comparison.delta, "p_value": comparison.p_value}
+    size = folder.weights_bytes(checkpoints.base(ctx).local if ck.adapter else ck.local) if ck.local else 0
+    disk.require_free(ctx.workdir, size, f"promoting {ck.id} (the new {swap.FINAL} is built beside the old one)")
+
     def build(out):
         info = runner.prepare(ctx, ck, out, link=False)
         ck.verify(ctx)  # what was copied is what was registered and evaluated

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from aci import records
+from aci import disk, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import checkpoints, folder, stats
@@ -136,6 +136,9 @@ def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool) -> dict:
         raise ACIError(f"checkpoint {ck.id} has no local folder ({ck.path})")
     scratch = out.parent / f"{out.name}.parents"
     plain = checkpoints.resolve(ctx, ck.parent) if ck.sampling is not None else ck  # a variant's own files
+    if ck.adapter:  # merged in full (other files are hard-linked, or copied and small)
+        disk.require_free(out.parent, folder.weights_bytes(checkpoints.base(ctx).local or Path(ck.path)),
+                          f"merging the LoRA checkpoint {ck.id}")
     try:
         onto = _trained_on(ctx, plain, scratch, {plain.id}) if ck.adapter else None
         if ck.adapter and onto is None:
@@ -209,6 +212,10 @@ def evaluate(ctx: Context, ck: Checkpoint, spec: EvalSpec, *, job: str | None = 
         ck.verify(ctx)  # the folder did not change while it was evaluated
     except ACIError as e:
         error = str(e)
+    except OSError as e:
+        if not disk.is_full_error(e):
+            raise
+        error = str(disk.full_error(e, ctx.workdir, f"preparing {ck.id} for evaluation"))
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+from aci import disk
 from aci.errors import ACIError
 from aci.evaluation.folder import fsync_tree, read_json
 from aci.manifest import file_hash
@@ -160,8 +161,10 @@ def install(workdir: Path, tag: str, build: Callable[[Path], dict], record: dict
     try:
         info = build(tmp)
         m = seal(tmp, {**record, **info, "built_at": f"{time.time():.6f}"})
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if disk.is_full_error(e):
+            raise disk.full_error(e, workdir, f"building the new {FINAL} (the old one is unchanged)") from None
         raise
     if final.exists() and marker(final) is None:
         aside = workdir / f"{FINAL}.unmanaged-{time.strftime('%Y%m%d-%H%M%S')}"

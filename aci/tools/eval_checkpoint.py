@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Literal
 
 from pydantic import Field
@@ -11,11 +10,12 @@ from aci import jobs, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import checkpoints, promotion, runner
+from aci.evaluation import job as evaljob
 from aci.evaluation.promotion import Promotion
 from aci.evaluation.stats import Comparison
 from aci.registry import ToolInput, ToolOutput, tool
 
-JOB_KIND = "eval"
+JOB_KIND = evaljob.KIND
 
 
 class EvalCheckpointInput(ToolInput, runner.EvalSpec):
@@ -86,16 +86,10 @@ def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
     if busy:
         raise ACIError(busy)
     if inp.background:
-        if ck.new:
-            with ctx.state.event("eval", f"registered {ck.id} (parent {ck.parent})", tool="eval-checkpoint") as w:
-                w.append(records.CHECKPOINTS, ck.registration())
-        config = {"checkpoint": ck.id, "spec": spec.model_dump(mode="json"), "promote": inp.promote,
-                  "workdir": str(ctx.workdir)}
-        view = jobs.start(ctx.state, JOB_KIND, [sys.executable, "-m", "aci.evaluation.job"], config, cwd=ctx.workdir,
-                          message=f"evaluate {ck.id} with {spec.evaluator}" + (" then promote" if inp.promote else ""),
-                          exclusive=not inp.concurrent)
-        return EvalCheckpointOutput(action="evaluate", job=view)
-    entry = runner.evaluate(ctx, ck, spec)
+        return EvalCheckpointOutput(action="evaluate", job=evaljob.start(ctx, ck, spec, promote=inp.promote,
+                                                                         exclusive=not inp.concurrent))
+    # a job too, waited for: no model or eval command stays in the server
+    entry = evaljob.evaluate(ctx, ck, spec, exclusive=not inp.concurrent)
     out = EvalCheckpointOutput(action="evaluate", result=entry, warnings=list(entry.get("warnings", [])))
     ref = _reference(ctx)
     if ck.id != ref:

@@ -6,6 +6,7 @@ from pydantic import Field
 
 from aci.context import Context
 from aci.evaluation import checkpoints, checks, promotion, runner, swap
+from aci.evaluation import job as evaljob
 from aci.progress import FINALIZE, protected_changed
 from aci.registry import ToolInput, ToolOutput, tool
 from aci.state import iso
@@ -37,16 +38,9 @@ class FinalizeOutput(ToolOutput):
 
 
 def _eval_run(ctx: Context, inp: FinalizeInput):
-    """The eval command on final_model with a small limit: a smoke test, not a comparison (not recorded)."""
+    """The eval command on final_model with a small limit, as an evaluation job: a smoke test, not recorded."""
     spec = runner.EvalSpec(limit=inp.limit, timeout_s=inp.timeout_s)
-    out_dir = ctx.state.root / runner.EVALS / f"finalize-{iso().replace(':', '')}"
-
-    def run(path) -> str:
-        ev = runner.make_evaluator(ctx, spec, out_dir)
-        t = ev.run(str(path), 0)
-        return f"{ev.id} scored {t.score:.4g} ({t.details.get('metric')}) on {t.samples} samples"
-
-    return run
+    return lambda path: evaljob.smoke(ctx, path, spec)
 
 
 @tool("finalize", title="Check final_model")
@@ -61,23 +55,27 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     reads it: loads, and holds the settings promoted with an `<id>@<settings>` checkpoint); processor (files the base model
     has, e.g. Gemma's preprocessor_config.json); promotion (the folder is the one best.json names,
     unedited); eval-files (evaluate.py, evaluation_code/, templates/ unchanged); generates (the model
-    loads with transformers and writes a short reply to a rendered prompt); with --limit N, eval
-    (the eval command scores final_model on N samples). The run's `finalized` gate needs a pass newer
-    than the last promotion: run it after every promotion and fix every failed item."""
+    loads with transformers and writes a short reply to a rendered prompt, in a child process that
+    exits); with --limit N, eval (the eval command scores final_model on N samples, as an evaluation
+    job). Promotions wait while it checks, so the record names the folder it checked. The run's
+    `finalized` gate needs a pass on the current promotion: run it after every promotion and fix every
+    failed item."""
     ctx.require_card()
+    # The promotion lock is held from the repair to the record: no promotion can swap final_model while it
+    # is checked, so the promotion id recorded is the one of the folder every item looked at.
     with swap.locked(ctx.state.root):
         notes = promotion.sync(ctx)
-    final = swap.final_dir(ctx.workdir)
-    best = ctx.best.model_dump(mode="json") if ctx.best else None
-    items = checks.check(final, template=runner.template_text(ctx), base_dir=checkpoints.base(ctx).local, best=best,
-                         changed_eval_files=protected_changed(ctx),
-                         evaluate=_eval_run(ctx, inp) if inp.limit else None)
-    passed = all(i.passed for i in items)
-    record = {"passed": passed, "ts": iso(), "path": str(final), "checkpoint": (best or {}).get("checkpoint"),
-              "promotion_id": (swap.marker(final) or {}).get("promotion_id"),
-              "items": [i.model_dump() for i in items]}
-    failed = [i.name for i in items if not i.passed]
-    msg = "final_model passed every check" if passed else f"final_model failed: {', '.join(failed)}"
-    with ctx.state.event("finalize", msg, tool="finalize", data={"passed": passed, "failed": failed}) as w:
-        w.write_json(FINALIZE, record)
+        final = swap.final_dir(ctx.workdir)
+        best = ctx.best.model_dump(mode="json") if ctx.best else None
+        promotion_id = (swap.marker(final) or {}).get("promotion_id")
+        items = checks.check(final, template=runner.template_text(ctx), base_dir=checkpoints.base(ctx).local,
+                             best=best, changed_eval_files=protected_changed(ctx),
+                             evaluate=_eval_run(ctx, inp) if inp.limit else None)
+        passed = all(i.passed for i in items)
+        record = {"passed": passed, "ts": iso(), "path": str(final), "checkpoint": (best or {}).get("checkpoint"),
+                  "promotion_id": promotion_id, "items": [i.model_dump() for i in items]}
+        failed = [i.name for i in items if not i.passed]
+        msg = "final_model passed every check" if passed else f"final_model failed: {', '.join(failed)}"
+        with ctx.state.event("finalize", msg, tool="finalize", data={"passed": passed, "failed": failed}) as w:
+            w.write_json(FINALIZE, record)
     return FinalizeOutput(passed=passed, path=str(final), checkpoint=record["checkpoint"], items=items, notes=notes)

@@ -4,13 +4,18 @@
   size) goes to the job's `progress.json`, at every log and at most every `PROGRESS_EVERY_S` seconds in
   between, so `train status` is current but a fast loop is not slowed by disk writes;
 * each checkpoint is registered in `checkpoints.jsonl` the moment the trainer has written it (and, for
-  LoRA, optionally saved merged first), so `eval-checkpoint` can pick it up while training goes on;
+  LoRA, optionally saved merged first), pinned by its content hash, so `eval-checkpoint` can pick it up
+  while training goes on;
+* only the newest `keep_checkpoints` (default 3) of the job stay on disk: older ones are deleted as new
+  ones are saved (never the promoted one, nor one an evaluation job is reading), so a long run does not
+  fill the disk; the event that registers a checkpoint names those removed;
 * the job saves and stops by itself at `stop_at` (deadline minus the final reserve), and on SIGTERM
   (`train stop`) it saves a last checkpoint at the end of the current step before exiting.
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -133,10 +138,38 @@ class JobCallback(TrainerCallback):
             parent=self.cfg.parent, job=self.cfg.job, step=step, adapter=adapter, **identity.pin(folder),
         ).model_dump(mode="json", exclude_none=True)
         entry.update(method=self.cfg.method, loss=self.progress.get("loss"), **({"merged": str(merged)} if merged else {}))
-        with self.state.event("train", f"checkpoint {entry['checkpoint']} saved", tool="train",
-                              data={"job": self.cfg.job, "checkpoint": entry["checkpoint"]}) as w:
+        removed = self._rotate(Path(args.output_dir), step)
+        gone = f"; removed {', '.join(removed)} (keep_checkpoints={self.cfg.keep_checkpoints})" if removed else ""
+        with self.state.event("train", f"checkpoint {entry['checkpoint']} saved{gone}", tool="train",
+                              data={"job": self.cfg.job, "checkpoint": entry["checkpoint"], "removed": removed}) as w:
             w.append(records.CHECKPOINTS, entry)
         self.write(force=True, phase="training", last_checkpoint=entry["checkpoint"])
+
+    def _rotate(self, output_dir: Path, step: int) -> list[str]:
+        """Delete this job's oldest checkpoints beyond `keep_checkpoints`, except the one in final_model (its
+        source) and any a running evaluation job reads; returns the ids removed."""
+        keep = self.cfg.keep_checkpoints
+        if not keep:
+            return []
+        saved = sorted((int(p.name.split("-")[1]), p) for p in output_dir.glob("checkpoint-*")
+                       if p.name.split("-")[1].isdigit() and int(p.name.split("-")[1]) <= step)
+        busy = {f"{self.cfg.job}/checkpoint-{n}" for n, _ in saved} & _in_use(self.state)
+        removed = []
+        for n, folder in saved[:-keep]:
+            cid = f"{self.cfg.job}/checkpoint-{n}"
+            if cid not in busy:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(cid)
+        return removed
+
+
+def _in_use(state: State) -> set[str]:
+    """Checkpoint ids that must stay on disk: the promoted one, and those running evaluation jobs read."""
+    used = {(state.read(records.BEST) or {}).get("checkpoint")}
+    for j in jobs.active(state):
+        if j.kind == "eval":
+            used.add((state.read(f"{records.JOBS}/{j.id}/config.json") or {}).get("checkpoint"))
+    return {u for u in used if u}
 
 
 def save_merged(model, tokenizer, out: Path) -> None:

@@ -40,6 +40,8 @@ class Schedule(_Strict):
     grad_accum: int = Field(4, ge=1)
     gradient_checkpointing: bool | None = Field(None, description="default: on with CUDA")
     save_steps: int = Field(200, ge=1, description="save and register a checkpoint every N steps (and at the end)")
+    keep_checkpoints: int = Field(3, ge=0, description="checkpoints of the job kept on disk: older ones are deleted "
+                                                       "as new ones are saved, except a promoted one (0 = keep all)")
     logging_steps: int = Field(10, ge=1)
     seed: int = 0
 

@@ -25,7 +25,7 @@ from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import identity
 
-STARTUP_S = 60.0  # loading the model and data before the first step
+STARTUP_S = 60.0  # loading the model before the first step (tokenizing the data is measured, see check_deadline)
 
 
 @dataclass
@@ -218,21 +218,29 @@ def check_reserve(ctx: Context) -> None:
                                                 f"reserve {clock.fmt(ctx.clock.reserve)}); no new training")
 
 
-def check_deadline(ctx: Context, work: Work, rate: float | None, rate_source: str) -> dict:
-    """Refuse a run that cannot end before the final reserve; return the estimate either way."""
+def check_deadline(ctx: Context, work: Work, rate: float | None, rate_source: str, tokenize_s: float = 0.0) -> dict:
+    """Refuse a run that cannot end before the final reserve; return the estimate either way.
+
+    The estimate is loading (`STARTUP_S`) plus `tokenize_s` (the job renders and tokenizes the whole
+    data file before step 1; the checks measure it on their samples) plus the tokens at `rate`.
+    """
     check_reserve(ctx)
     left = ctx.clock.left_for_work()
-    duration = clock.estimate(work.tokens, rate, STARTUP_S)
+    startup = STARTUP_S + tokenize_s
+    duration = clock.estimate(work.tokens, rate, startup)
     info = {"steps": work.steps, "tokens": int(work.tokens), "tokens_per_s": rate, "rate_source": rate_source,
             "duration": clock.fmt(duration), "duration_s": duration.total_seconds() if duration else None,
-            "time_left_for_work": clock.fmt(left), "deadline_source": ctx.clock.source}
+            "tokenize_s": round(tokenize_s, 1), "time_left_for_work": clock.fmt(left),
+            "deadline_source": ctx.clock.source}
     if left is None:
         return info
     if duration is not None and duration > left:
-        usable = left.total_seconds() - STARTUP_S
+        usable = left.total_seconds() - startup
         fit = int(usable * rate / work.tokens_per_step) if usable > 0 and work.tokens_per_step else 0
         hint = f"; max_steps={fit} would fit" if fit >= 1 else "; no run of even one step fits"
+        prep = f", after ~{tokenize_s:,.0f} s tokenizing the data" if tokenize_s >= 1 else ""
         raise ctx.rules.refuse("final-reserve", f"this run of {work.steps} steps (~{int(work.tokens):,} tokens at "
-                                                f"{rate:,.0f} tokens/s, {rate_source}) would take {clock.fmt(duration)} "
-                                                f"but only {clock.fmt(left)} is left before the final reserve{hint}")
+                                                f"{rate:,.0f} tokens/s, {rate_source}{prep}) would take "
+                                                f"{clock.fmt(duration)} but only {clock.fmt(left)} is left before the "
+                                                f"final reserve{hint}")
     return info

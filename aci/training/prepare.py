@@ -25,6 +25,7 @@ from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
 from aci.training.request import LORA_TARGETS, TrainRequest
 
 MEASURE_TIMEOUT_S = 1800
+TIMED_SAMPLES = 16  # samples tokenized a second time, warm, to time tokenization
 
 
 def deepspeed_config(req: TrainRequest, ctx: Context) -> str | None:
@@ -59,15 +60,20 @@ def inspect_data(req: TrainRequest, ctx: Context, model_path: str, template_path
     path = Path(req.data)
     kwargs = req.template_kwargs or {}
     warnings: list[str] = []
-    try:
+    def encode(limit: int):
         if req.method == "sft":
-            _, stats = data.encode_samples(path, tok, template, max_length=req.max_length, kwargs=kwargs,
-                                           limit=req.check_samples)
-        else:
-            rows, stats = data.grpo_prompts(path, tok, template, kwargs=kwargs, limit=req.check_samples)
+            return data.encode_samples(path, tok, template, max_length=req.max_length, kwargs=kwargs, limit=limit)
+        return data.grpo_prompts(path, tok, template, kwargs=kwargs, limit=limit)
+
+    try:
+        rows, stats = encode(req.check_samples)
+        started = time.perf_counter()  # timed warm (the first pass pays imports and caches): the job
+        timed = encode(min(req.check_samples, TIMED_SAMPLES))[1].samples  # tokenizes the whole file before step 1
+        per_row = (time.perf_counter() - started) / max(1, timed)
     except templates.RenderError as e:
         raise ctx.rules.refuse("eval-template", f"the template does not render the data: {e}") from None
     report = stats.report()
+    report["tokenize_s_per_row"] = per_row
     report["end_of_turn"] = eot = templates.end_of_turn(tok, template, kwargs)
     report["example"] = stats.example[:800]
     n = stats.samples
@@ -196,7 +202,8 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
                                      if req.gradient_checkpointing is None else req.gradient_checkpointing})
     if rate is None:
         rate, source = gates.measured_rate(ctx, cfg.method, cfg.model_path, cfg.lora is not None)
-    report["estimate"] = gates.check_deadline(ctx, work, rate, source)
+    tokenize_s = report.pop("tokenize_s_per_row") * report["rows"]
+    report["estimate"] = gates.check_deadline(ctx, work, rate, source, tokenize_s=tokenize_s)
     if rate is None and ctx.clock.deadline is not None:
         warnings.append("no throughput known, so the end time is not checked: the job saves and stops by itself at "
                         "the final reserve; `train dry-run --measure-steps 5` measures it")

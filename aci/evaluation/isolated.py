@@ -1,0 +1,72 @@
+"""Model-loading work in a child process that exits, so the memory it takes (GPU memory above all) is given
+back when it ends: the long-lived MCP server never holds a model that a later full fine-tune needs.
+
+`run(op, timeout_s, **args)` starts `python -m aci.evaluation.isolated` with `{"op": ..., "args": ...}` on
+stdin and returns the JSON object the child prints last; a failure in the child comes back as ACIError
+with its message. The child runs in its own session and is killed whole at the timeout. Ops:
+
+* `merge-lora`: merge a LoRA adapter onto its full model and save the result (`folder.merge_lora_here`);
+* `resave`: load a `pytorch_model*.bin` checkpoint and save it as safetensors (`folder.resave_here`);
+* `generate`: load a model folder and write a short greedy reply to a prompt (`checks.generate_here`).
+
+Whole evaluations (dev sets, lm-eval tasks, eval commands) run in an evaluation job instead
+(`aci.evaluation.job`), which is a child process too and is also tracked and held to the clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from aci.errors import ACIError
+
+
+def _ops() -> dict:
+    from aci.evaluation import checks, folder
+
+    return {"merge-lora": folder.merge_lora_here, "resave": folder.resave_here, "generate": checks.generate_here}
+
+
+def run(op: str, timeout_s: float = 3600.0, **args) -> dict:
+    """Run `op(**args)` in a child process and return its result (see the module docstring)."""
+    proc = subprocess.Popen([sys.executable, "-m", "aci.evaluation.isolated"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(json.dumps({"op": op, "args": args}), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ACIError(f"{op} did not finish within {timeout_s:.0f} s (child process killed)") from None
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        result = None
+    if not isinstance(result, dict):
+        tail = " ".join(err.strip().splitlines()[-3:])[-500:]
+        raise ACIError(f"{op} in a child process failed (exit {proc.returncode}): {tail or 'no output'}")
+    if "error" in result:
+        raise ACIError(result["error"])
+    return result
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.read())
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # library output must not mix with the result line
+            result = _ops()[request["op"]](**request["args"])
+    except ACIError as e:
+        result = {"error": str(e)}
+    print(json.dumps(result or {}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
