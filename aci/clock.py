@@ -20,6 +20,8 @@ from aci.records import RunCard
 from aci.state import now
 
 TIMER = "timer.sh"
+TIMER_RESOLUTION = timedelta(minutes=1)  # timer.sh prints whole minutes, rounded down
+TIMER_SLACK = timedelta(seconds=5)  # running timer.sh and reading this machine's clock
 _REMAINING = re.compile(r"(\d+):(\d{1,2})\s*$")
 
 
@@ -54,6 +56,7 @@ class Clock:
     deadline: datetime | None
     reserve: timedelta
     source: str  # "timer.sh", "run card deadline", "run card budget" or "none"
+    to_record: bool = False  # timer.sh disagrees with the run card's deadline: record this one (Context does)
 
     def left(self, at: datetime | None = None) -> timedelta | None:
         if self.deadline is None:
@@ -91,12 +94,25 @@ def parse_deadline(text: str) -> tuple[datetime, str | None]:
                    f"{local.isoformat(timespec='seconds')}; add an offset (+02:00) or Z to say otherwise")
 
 
+def from_timer(remaining: timedelta, recorded: datetime | None) -> tuple[datetime, bool]:
+    """(deadline, whether it moved): the recorded deadline while timer.sh agrees with it, else the timer's.
+
+    timer.sh prints whole minutes rounded down, so successive readings put the deadline anywhere in a
+    minute (11:04:15, 11:04:31, 11:04:00 for a real 11:04:59): the deadline is recorded once (at plan
+    init) and moves only when a reading disagrees by more than that resolution, to the reading rounded
+    down, the safe side."""
+    low = now() + remaining  # the deadline lies in [low, low + resolution)
+    if recorded is not None and low - TIMER_SLACK <= recorded <= low + TIMER_RESOLUTION + TIMER_SLACK:
+        return recorded, False
+    return low, True
+
+
 def clock_for(workdir: Path, card: RunCard | None, reserve_min: float) -> Clock:
     reserve = timedelta(minutes=reserve_min)
     remaining = read_timer(workdir)
     if remaining is not None:
-        # timer.sh has minute resolution; round the deadline down to be safe.
-        return Clock(now() + remaining, reserve, TIMER)
+        deadline, moved = from_timer(remaining, card.deadline if card else None)
+        return Clock(deadline, reserve, TIMER, to_record=moved and card is not None)
     if card:
         if card.deadline:
             return Clock(card.deadline, reserve, "run card deadline")

@@ -54,7 +54,8 @@ def guard() -> None:
 @guard.command("stop")
 @click.pass_context
 def guard_stop(cctx: click.Context) -> None:
-    """Claude Code `Stop` hook: block stopping while time remains and no target is met.
+    """Claude Code `Stop` hook: block stopping before the final reserve, target met or not (then until
+    finalize passes, once).
 
     Reads the hook's JSON on stdin (ignored beyond `stop_hook_active`), prints a decision JSON.
     """

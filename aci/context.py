@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from aci import records, rules
 from aci.clock import Clock, clock_for
 from aci.errors import ACIError
-from aci.state import State, resolve_root
+from aci.state import State, iso, resolve_root
 
 ROOTS_ENV = "ACI_ROOTS"  # extra allowed roots, os.pathsep-separated (e.g. a shared data or model cache)
 
@@ -38,6 +38,20 @@ class Context:
     def clock(self) -> Clock:
         budget_h = self.card.budget_hours if self.card else self.rules.profile.budget_hours
         return clock_for(self.workdir, self.card, self.rules.profile.reserve_min(budget_h * 60))
+
+    def settle_clock(self) -> None:
+        """Record the deadline on the run card when timer.sh moved it (see `clock.from_timer`), so every later
+        call reads the same deadline. Called before a tool runs, when no state lock is held."""
+        clk, card = self.clock, self.card
+        if not (clk.to_record and card):
+            return
+        was = iso(card.deadline) if card.deadline else None
+        deadline = iso(clk.deadline)
+        with self.state.event("clock", f"deadline {deadline} from timer.sh (the run card said {was})", tool="clock",
+                              data={"deadline": deadline, "was": was}) as w:
+            w.write_json(records.RUN_CARD, card.model_copy(update={"deadline": clk.deadline}).model_dump(
+                mode="json", exclude_none=True))
+        self.forget()
 
     @cached_property
     def best(self) -> records.Best | None:

@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 
 from aci import clock
 from aci.context import Context
-from aci.progress import Gate, gates, protected_changed, unchecked_datasets
+from aci.goal import goal
+from aci.progress import Gate, gates, protected_changed, rules_weakened, unchecked_datasets
 
 
 class BestInfo(BaseModel):
@@ -35,8 +36,10 @@ def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str
         return ["No run card yet: run aci plan init first."]
     out = []
     clk = ctx.clock
+    gate_map = gate_map or gates(ctx)
     if clk.in_reserve():
-        out.append("Final reserve: start no training; promote only from finished evaluations and run aci finalize.")
+        out.append("Final reserve: final_model passed finalize; the run is complete." if gate_map["finalized"].passed
+                   else "Final reserve: start no training; promote only from finished evaluations and run aci finalize.")
     else:
         work = clk.left_for_work()
         if work is not None and work.total_seconds() < 3600:
@@ -44,11 +47,18 @@ def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str
     changed = protected_changed(ctx)
     if changed:
         out.append(f"Evaluation files changed since init ({', '.join(changed[:3])}): restore them (rule no-eval-edits).")
-    gate_map = gate_map or gates(ctx)
     if not gate_map["baseline"].passed:
         out.append("No baseline yet: evaluate the base model before training.")
     elif not gate_map["first-promoted"].passed:
         out.append("No final_model yet: promote the first checkpoint that beats the base model.")
+    elif not clk.in_reserve():
+        g = goal(ctx)
+        if g.stretch:
+            out.append(f"{g.text[:1].upper()}{g.text[1:]}: keep improving until the final reserve "
+                       f"(rule never-stop-early).")
+    weakened = rules_weakened(ctx)
+    if weakened:
+        out.append(f"Rules weakened mid-run: {weakened[-1]}.")
     if ctx.rules.profile.contamination.required_before_training:
         unchecked = unchecked_datasets(ctx)
         if unchecked:

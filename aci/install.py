@@ -50,7 +50,8 @@ POINTER = """{begin}
 Read `{entry}` first and follow it: it holds the workflow, the rules that zero a run, and the tools.
 The `posttrain-aci` MCP server provides the tools; the command {aci} runs the same tools.
 Start every session with the `status` tool (or `{aci_cmd} status`): it says how much time is left,
-the best model so far and what to do next. Never stop while time remains and no target is met.
+the best model so far and what to do next. Never stop before the final reserve, even once a target
+is met: `status` names the next goal.
 {end}
 """
 

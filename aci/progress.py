@@ -11,11 +11,12 @@ from pydantic import BaseModel, Field
 
 from aci import clock, jobs, manifest, records
 from aci.context import Context
+from aci.goal import BENCHMARK_CARD, Goal, goal
 from aci.rules import Guide
 from aci.state import iso, now, parse_ts
 
-BENCHMARK_CARD = "benchmark-card"  # journal kind that closes recon
 FINALIZE = "finalize.json"
+PROFILE_CHANGE = "profile_change"  # key of a plan event's data when init --force changed the rules profile
 
 
 class PhaseStatus(BaseModel):
@@ -23,7 +24,7 @@ class PhaseStatus(BaseModel):
     gate: str
     allocated_min: float
     spent_min: float
-    status: str = Field(description="done, current or pending")
+    status: str = Field(description="done, current, pending, or missed (the final reserve began before its gate passed)")
     gate_passed_at: str | None = None
 
 
@@ -73,7 +74,8 @@ def gates(ctx: Context) -> dict[str, Gate]:
     met = [t for t in (card.targets if card else []) if best and best.score >= t.value]
     out["target-met"] = Gate(
         name="target-met", passed=bool(met), at=iso(best.promoted_at) if met else None,
-        evidence=f"target {met[0].metric} >= {met[0].value} met" if met else "no target met",
+        evidence=f"target {met[-1].metric} >= {met[-1].value} met by {best.checkpoint} ({best.score}); the run "
+                 f"goes on to a stretch goal" if met else "no target met",
     )
 
     fin = st.read(FINALIZE)
@@ -87,23 +89,38 @@ def gates(ctx: Context) -> dict[str, Gate]:
 
 
 def phases(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[PhaseStatus]:
+    """The phase plan with its state. The first phase whose gate has not passed is current; once only the
+    reserve's phase is left, the phase that keeps improving (`after_all_gates` in rules.yaml: iterate) stays
+    current until the final reserve, even with its gate (a target) passed: meeting a target never moves a
+    run to `submit` early. In the reserve, its phase is current and earlier ones are done or missed."""
     card = ctx.card
     if not card:
         return []
     gate_map = gate_map or gates(ctx)
     start = card.started_at
     t = now()
+    clk = ctx.clock
+    in_reserve = clk.in_reserve()
+    reserve_start = clk.deadline - clk.reserve if clk.deadline else t
+    reserve_phase = ctx.rules.profile.reserve_phase.name
+    keep = next(name for name, g in ctx.rules.file.phases.items() if g.after_all_gates)
     out, current_found = [], False
     prev_end = start
     for ph, allocated in ctx.rules.profile.allocation(card.budget_hours * 60):
         g = gate_map.get(ph.gate)
         passed_at = parse_ts(g.at) if g and g.passed and g.at else None
-        if passed_at and not current_found:
-            status, end = "done", max(passed_at, prev_end)
-        elif not current_found:
-            status, end, current_found = "current", t, True
-        else:
+        if ph.name == reserve_phase:
+            status, end = ("current", t) if in_reserve else ("pending", prev_end)
+            if in_reserve:
+                prev_end = max(prev_end, reserve_start)
+        elif current_found:
             status, end = "pending", prev_end
+        elif passed_at and ph.name != keep:
+            status, end = "done", max(passed_at, prev_end)
+        elif in_reserve:
+            status, end = ("done" if passed_at else "missed"), max(reserve_start, prev_end)
+        else:
+            status, end, current_found = "current", t, True
         spent = max((end - prev_end).total_seconds() / 60, 0) if status != "pending" else 0.0
         out.append(PhaseStatus(
             name=ph.name, gate=ph.gate, allocated_min=round(allocated, 1), spent_min=round(spent, 1),
@@ -123,8 +140,68 @@ def guide(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> Guide:
     return ctx.rules.guide(current, has_card=True, in_reserve=ctx.clock.in_reserve())
 
 
-def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None) -> list[str]:
-    return guide(ctx, phase_list).next
+def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None, the_goal: Goal | None = None) -> list[str]:
+    """The phase's next actions (rules.yaml), led by what the goal asks once a model is promoted."""
+    base = guide(ctx, phase_list).next
+    best = ctx.best
+    if not ctx.card or not best or ctx.clock.in_reserve():
+        return base
+    g = the_goal or goal(ctx)
+    if g.source == "top of the scale":
+        lead = (f"final_model ({best.checkpoint}) scores {best.score:.4g} on {best.samples or 'some'} samples: "
+                f"evaluate it on every item (aci eval-checkpoint evaluate --checkpoint {best.checkpoint} --limit -1) "
+                f"and with --trials 3; read the failures that shows, or make the data harder and more varied.")
+    elif g.stretch:
+        lead = (f"Target met: keep improving until the final reserve. Next goal {g.value:.4g} ({g.source}): one "
+                f"hypothesis per iteration, compared with aci eval-checkpoint compare.")
+    else:
+        return base
+    return [lead, *base]
+
+
+def finalized_at(gate_map: dict[str, Gate]) -> str | None:
+    g = gate_map.get("finalized")
+    return g.at if g and g.passed else None
+
+
+def rules_weakened(ctx: Context) -> list[str]:
+    """Each switch of the rules profile that weakened them (`plan init --force` with another profile), from
+    the journal: the run card then no longer says what the run started under."""
+    out = []
+    for e in ctx.state.journal() if ctx.card else []:
+        change = (e.get("data") or {}).get(PROFILE_CHANGE)
+        if change and change.get("weakened"):
+            out.append(f"{e['ts']}: rules profile {change['from']} -> {change['to']}, weaker: "
+                       + "; ".join(change["weakened"]))
+    return out
+
+
+def plainly(ctx: Context, gate_map: dict[str, Gate], the_goal: Goal, weakened: list[str]) -> list[str]:
+    """Where the run stands, in a few plain sentences: what is done, what the goal is, what time is left."""
+    clk, best = ctx.clock, ctx.best
+    left, work = clock.fmt(clk.left()), clock.fmt(clk.left_for_work())
+    model = f"final_model ({best.checkpoint}, {best.score:.4g})" if best else None
+    done_at = finalized_at(gate_map)
+    out = []
+    if clk.in_reserve():
+        if model and done_at:
+            out.append(f"Final reserve ({left} left). {model} passed finalize at {done_at}: the run is complete; "
+                       f"stopping now is fine.")
+        elif model:
+            out.append(f"Final reserve ({left} left): start no training. Run aci finalize on {model} and fix what "
+                       f"it flags.")
+        else:
+            out.append(f"Final reserve ({left} left) and no final_model: promote the best evaluated checkpoint (the "
+                       f"base model if nothing beat it) and run aci finalize.")
+    else:
+        if model and done_at:
+            out.append(f"Done so far: {model} passed finalize at {done_at}; it is ready to be scored as it is.")
+        elif model:
+            out.append(f"final_model is {best.checkpoint} ({best.score:.4g}); aci finalize has not passed on it yet.")
+        out.append(f"{the_goal.text[:1].upper()}{the_goal.text[1:]}. {work} left before the final reserve"
+                   + (": keep improving until then." if the_goal.stretch else "."))
+    out += [f"Rules weakened mid-run ({w})." for w in weakened]
+    return out
 
 
 def protected_changed(ctx: Context) -> list[str]:
@@ -168,6 +245,9 @@ class Summary(BaseModel):
     running_jobs: list[dict] = Field(default_factory=list)
     next_actions: list[str] = Field(default_factory=list)
     rules_now: list[str] = Field(default_factory=list, description="the rules that apply at this point")
+    goal: Goal | None = Field(None, description="what the run aims at now: a target, or a stretch goal once met")
+    plainly: list[str] = Field(default_factory=list, description="where the run stands, in plain sentences")
+    rules_weakened: list[str] = Field(default_factory=list, description="profile switches that weakened the rules")
 
 
 def summarise(ctx: Context, last: int = 10) -> Summary:
@@ -177,6 +257,8 @@ def summarise(ctx: Context, last: int = 10) -> Summary:
     current = next((p.name for p in phase_list if p.status == "current"), None)
     clk = ctx.clock
     now_guide = guide(ctx, phase_list)
+    the_goal = goal(ctx) if card else None
+    weakened = rules_weakened(ctx)
     return Summary(
         has_run_card=card is not None,
         profile=card.profile if card else None,
@@ -193,6 +275,9 @@ def summarise(ctx: Context, last: int = 10) -> Summary:
         best=ctx.best.model_dump(mode="json") if ctx.best else None,
         last_events=ctx.state.journal(last) if card else [],
         running_jobs=[j.model_dump(mode="json") for j in jobs.active(ctx.state)],
-        next_actions=now_guide.next,
+        next_actions=next_actions(ctx, phase_list, the_goal) if card else now_guide.next,
         rules_now=[f"{i}: {ctx.rules.rule(i).text}" for i in now_guide.rules],
+        goal=the_goal,
+        plainly=plainly(ctx, gate_map, the_goal, weakened) if card else [],
+        rules_weakened=weakened,
     )

@@ -1,7 +1,8 @@
 """The records kept in the state folder, defined once.
 
-`state/schemas/*.schema.json` are generated from these models (`python -m aci.records`), and a test keeps
-them in sync, so a person or another program can validate the files without reading Python.
+`state/schemas/*.schema.json` are generated from these models and the task schemas of `aci.tasks`
+(`python -m aci.records`, the one writer of that folder), and a test keeps them in sync, so a person
+or another program can validate the files without reading Python.
 """
 
 from __future__ import annotations
@@ -151,22 +152,20 @@ SCHEMAS: dict[str, type[BaseModel]] = {
 }
 
 
-def write_json_schemas(folder: Path, schemas: dict[str, dict]) -> list[Path]:
-    """Write `<name>.schema.json` files (generated copies that tests keep in sync with the code)."""
+def write_schemas(folder: Path) -> list[Path]:
+    """Write every `state/schemas/<name>.schema.json`: these records' and the task record and SFT sample
+    schemas of `aci.tasks` (generated copies that tests keep in sync with the code)."""
+    from aci.tasks import SCHEMAS as TASK_SCHEMAS
+
+    schemas = {name: {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
+               for name, model in SCHEMAS.items()}
     folder.mkdir(parents=True, exist_ok=True)
     out = []
-    for name, schema in schemas.items():
+    for name, schema in {**schemas, **TASK_SCHEMAS}.items():
         p = folder / f"{name}.schema.json"
         p.write_text(json.dumps(schema, indent=2) + "\n")
         out.append(p)
     return out
-
-
-def write_schemas(folder: Path) -> list[Path]:
-    return write_json_schemas(folder, {
-        name: {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
-        for name, model in SCHEMAS.items()
-    })
 
 
 if __name__ == "__main__":

@@ -212,6 +212,8 @@ def call(name: str, args: dict[str, Any], ctx: Context) -> ToolOutput:
         inp = t.input.model_validate(args)
     except ValidationError as e:
         raise ACIError(validation_message(name, e)) from None
+    if ctx.card:
+        ctx.settle_clock()
     out = t.fn(inp, ctx)
     ctx.forget()
     out.run = envelope(ctx)

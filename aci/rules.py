@@ -73,7 +73,11 @@ class Profile(_Strict):
     strict: bool = Field(description="the integrity profile: stricter checks where a tool offers a choice")
     final_reserve_min: float = Field(ge=0, description="time kept for promotion, finalize and checks; the phase "
                                                        "without a share gets it")
+    final_reserve_share: float = Field(gt=0, le=1, description="a shorter run keeps this share of its budget "
+                                                               "instead, when that is less than final_reserve_min")
     budget_hours: float = Field(gt=0)
+    stretch_margin: float = Field(gt=0, le=1, description="once every target is met, the goal is the best score "
+                                                          "plus this (scores on a 0-1 scale)")
     min_eval_samples: MinSamples
     histogram_tolerance_pp: float = Field(gt=0, le=100)
     contamination: ContaminationRules
@@ -85,9 +89,12 @@ class Profile(_Strict):
     phases: list[Phase] = Field(min_length=1)
 
     def reserve_min(self, budget_min: float | None = None) -> float:
-        """The final reserve of a run of `budget_min` minutes (default: the profile's budget). The one place
-        it is computed: the clock, the phase plan and the summary all ask here."""
-        return self.final_reserve_min
+        """The final reserve of a run of `budget_min` minutes (default: the profile's budget): the smaller of
+        `final_reserve_min` and `final_reserve_share` of the budget, so that a 40-minute run keeps 6 minutes,
+        not 45 (more than it has). The one place it is computed: the clock, the phase plan and the summary
+        all ask here."""
+        budget = self.budget_hours * 60 if budget_min is None else budget_min
+        return min(self.final_reserve_min, self.final_reserve_share * budget)
 
     def allocation(self, budget_min: float) -> list[tuple[Phase, float]]:
         """Minutes per phase: the reserve phase gets the reserve, the others split the rest by their shares."""
@@ -95,6 +102,34 @@ class Profile(_Strict):
         work = max(budget_min - reserve, 0.0)
         total = sum(p.share or 0 for p in self.phases)
         return [(p, reserve if p.share is None else work * p.share / total) for p in self.phases]
+
+    def weakened_in(self, other: Profile) -> list[str]:
+        """What `other` allows that this profile does not, in words: a run switching from this profile to
+        `other` mid-way weakens its rules by these (journaled by plan, shown by status)."""
+        out = []
+        if self.strict and not other.strict:
+            out.append("strict checks off")
+        c, d = self.contamination, other.contamination
+        if c.required_before_training and not d.required_before_training:
+            out.append("training no longer needs a passing contamination check")
+        if d.threshold > c.threshold or d.tolerated_rows > c.tolerated_rows:
+            out.append(f"contamination tolerance looser (threshold {c.threshold:g} -> {d.threshold:g}, rows "
+                       f"{c.tolerated_rows} -> {d.tolerated_rows})")
+        if self.teacher == "base-only" and other.teacher != "base-only":
+            out.append("any teacher model allowed (was the base model only)")
+        for what, mine, theirs in (("rollout", self.rollout_hosts, other.rollout_hosts),
+                                   ("judge", self.judge_hosts, other.judge_hosts)):
+            if "*" not in mine and ("*" in theirs or set(theirs) - set(mine)):
+                out.append(f"{what} endpoints beyond {', '.join(mine)} allowed")
+        dropped = set(self.forbidden_datasets) - set(other.forbidden_datasets)
+        if dropped or set(self.forbidden_patterns) - set(other.forbidden_patterns):
+            out.append(f"{len(dropped)} banned datasets and their name patterns no longer refused")
+        if other.final_reserve_min < self.final_reserve_min:
+            out.append(f"final reserve {self.final_reserve_min:g} -> {other.final_reserve_min:g} min")
+        a, b = self.min_eval_samples, other.min_eval_samples
+        if b.absolute < a.absolute or b.fraction < a.fraction:
+            out.append("fewer evaluation samples needed for a comparison")
+        return out
 
     @property
     def reserve_phase(self) -> Phase:

@@ -16,6 +16,7 @@ from aci import rules as rules_mod
 from aci.clock import parse_deadline, read_timer
 from aci.context import Context
 from aci.errors import ACIError
+from aci.progress import PROFILE_CHANGE
 from aci.state import iso, now
 from aci.training import gates as train_gates
 
@@ -44,8 +45,27 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
     if "reference" in card:
         card["reference"] = train_gates.pin_reference(ctx, card["reference"], None)
     warnings = check_fields(ctx, card)
-    _write(ctx, card, f"run card: {card['base_model']} on {card['benchmark']}", event_data)
+    message = f"run card: {card['base_model']} on {card['benchmark']}"
+    change = profile_change(ctx, profile)
+    if change:
+        message += f" (rules profile {change['from']} -> {change['to']})"
+        event_data = {**event_data, PROFILE_CHANGE: change}
+        if change["weakened"]:
+            warnings.append(f"the rules profile changed from {change['from']} to {change['to']} mid-run, which "
+                            f"weakens them: {'; '.join(change['weakened'])}. The journal keeps this and status "
+                            f"shows it for the rest of the run")
+    _write(ctx, card, message, event_data)
     return warnings
+
+
+def profile_change(ctx: Context, profile: str) -> dict | None:
+    """`init --force` over a card with another rules profile: from, to, and what the switch weakens (an
+    agent once switched to `default` to get past a refusal and silently dropped the contamination gate)."""
+    old = ctx.card.profile if ctx.card else None
+    if not old or old == profile:
+        return None
+    weakened = rules_mod.load(old).profile.weakened_in(rules_mod.load(profile).profile)
+    return {"from": old, "to": profile, "weakened": weakened}
 
 
 def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:

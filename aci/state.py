@@ -224,6 +224,20 @@ class State:
         repo.index.commit("state: created", author=_actor(), committer=_actor())
 
     def _commit(self, paths: list[str], message: str) -> None:
+        try:
+            self._commit_once(paths, message)
+        except OSError:
+            # A kept git helper died: `train stop` signals the job's process group, and the `git cat-file`
+            # helpers of a trainer registering its last checkpoint are in it. Start them afresh, once.
+            if self._repo is not None:
+                try:
+                    self._repo.git.clear_cache()
+                except OSError:
+                    pass
+                self._repo = None
+            self._commit_once(paths, message)
+
+    def _commit_once(self, paths: list[str], message: str) -> None:
         import git
 
         if self._repo is None:  # kept: its git cat-file helpers are reused across events

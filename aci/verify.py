@@ -86,7 +86,10 @@ class VerifyReport(BaseModel):
     kept: int
     rejected: int
     rate: float = Field(description="kept / candidates")
-    by_subtype: list[SubtypeYield] = Field(default_factory=list, description="yield per type/subtype")
+    by_subtype: list[SubtypeYield] = Field(default_factory=list, description="yield per sub-type (the records' "
+                                                                            "own labels)")
+    grader: str | None = Field(None, description="Method B: the grader for tasks that name none")
+    grader_source: str = Field("none", description="where that grader came from: --grader or the benchmark card")
     reasons: dict[str, int] = Field(default_factory=dict, description="rejections per reason")
     examples: dict[str, str] = Field(default_factory=dict, description="first rejection per reason")
     judge_mean: float | None = Field(None, description="Method A: mean judge score over judged answers")
@@ -129,15 +132,40 @@ def _patterns(values: list[str] | None, default: list[str], what: str) -> list[r
 Verdict = tuple[str | None, str, float | None]  # (rejection reason id or None, detail, judge score)
 
 
-def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None]) -> Callable[[dict], Verdict]:
+# What recon writes about the answer format (benchmark card `answer_format`) -> the grader that reads it.
+_FORMAT_GRADERS = ((re.compile(r"(?i)\banswer\s*:"), "final-answer"), (re.compile(r"(?i)<tool_call>|tool.?call"), "tool-call"),
+                   (re.compile(r"(?i)\bletter\b|\([A-J]\)"), "choice"),
+                   (re.compile(r"(?i)####|last number|\bnumber\b"), "last-number"))
+
+
+def card_grader(ctx: Context) -> tuple[str | None, str]:
+    """(grader, where it came from) for tasks that name none when --grader is not given: the benchmark
+    card's `grader`, else the grader its `answer_format` implies (`ANSWER: <code>` -> final-answer)."""
+    from aci.goal import benchmark_card
+
+    card = benchmark_card(ctx)
+    if isinstance(card.get("grader"), str) and card["grader"]:
+        return card["grader"], "the benchmark card's grader"
+    fmt = card.get("answer_format")
+    if isinstance(fmt, str):
+        for pattern, name in _FORMAT_GRADERS:
+            if pattern.search(fmt):
+                return name, f"the benchmark card's answer format {fmt!r}"
+    return None, "none"
+
+
+def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None],
+             default_spec: str | None = None) -> Callable[[dict], Verdict]:
     from aci.graders import grader_for, parse_spec
 
-    default = parse_spec(inp.grader) if inp.grader else None
+    spec_text = inp.grader or default_spec
+    default = parse_spec(spec_text) if spec_text else None
 
     def check(task: dict) -> Verdict:
         spec = task.get("grader") or default
         if spec is None:
-            return "no-grader", "task names no grader and no --grader default was given", None
+            return "no-grader", ("task names no grader, no --grader was given and the benchmark card records "
+                                 "neither a grader nor an answer format"), None
         try:
             grader = grader_for(spec, workdir=ctx.workdir, check_host=check_host)
         except ACIError as e:
@@ -212,6 +240,16 @@ def ordered(fn: Callable, items: Iterable, workers: int) -> Iterator:
             yield window.popleft().result()
 
 
+def _label(row: dict, task: dict) -> str:
+    """The yield's label: the record's own sub-type (with its own type when it states one), never a type
+    the reader inferred (`copy`, not `math/copy`); the type only when there is no sub-type."""
+    sub = task.get("subtype")
+    if not sub:
+        return task["type"]
+    own_type = row.get("type") if isinstance(row.get("type"), str) else None
+    return f"{own_type}/{sub}" if own_type else sub
+
+
 def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
     """Check every task of `inp.tasks`, write kept and rejected rows atomically, record the counts."""
     from aci.tasks import iter_tasks
@@ -227,7 +265,9 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
     def check_host(host: str) -> None:
         ctx.rules.check_host(host, judge=True)
 
-    check = method_b(inp, ctx, check_host) if inp.method == "B" else method_a(inp, check_host)
+    grader, grader_source = (inp.grader, "--grader") if inp.grader else card_grader(ctx) if inp.method == "B" \
+        else (None, "none")
+    check = method_b(inp, ctx, check_host, grader) if inp.method == "B" else method_a(inp, check_host)
     workers = inp.workers or min(4, os.cpu_count() or 1)
 
     def run(item: tuple[int, dict, dict]) -> tuple[int, dict, dict, Verdict]:
@@ -241,7 +281,7 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
     kept_out, rejected_out = AtomicLines(kept_path), AtomicLines(rejected_path)
     try:
         for line, row, task, (reason, detail, judge_score) in ordered(run, iter_tasks(src), workers):
-            key = f"{task['type']}/{task['subtype']}" if task.get("subtype") else task["type"]
+            key = _label(row, task)
             counts = per_subtype.setdefault(key, [0, 0])
             counts[0] += 1
             if judge_score is not None:
@@ -283,5 +323,5 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
         candidates=candidates, kept=kept, rejected=candidates - kept,
         rate=round(kept / candidates, 4) if candidates else 0.0, by_subtype=by_subtype,
         reasons=dict(reasons.most_common()), examples=examples, judge_mean=result["judge_mean"],
-        manifest=manifest.rel(kept_path),
+        manifest=manifest.rel(kept_path), grader=grader, grader_source=grader_source,
     )

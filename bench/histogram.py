@@ -3,7 +3,7 @@
 Generates a JSONL file of tau2-retail-like task records (system policy, user request, four tool
 definitions, 1-4 gold calls of which 0-3 writes, an answer on a third of them), then times, in the same
 run and on the same file: (a) reading it line by line with `json.loads` and nothing else; (b) the
-`histogram` computation (`aci.histogram.records` + the tool-use feature set). Target: ratio b/a <= 3.
+`histogram` computation (`aci.histogram.build.records` + the tool-use feature set). Target: ratio b/a <= 3.
 Last line: `ratio=X`.
 """
 
@@ -16,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from aci import histogram as H
+from aci.histogram import build
+from aci.histogram.features import Extractor
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
 READS = ["get_order_details", "get_user_details", "get_product_details", "find_user_id_by_email", "list_all_product_types"]
@@ -62,7 +63,7 @@ def parse_only(path: Path) -> int:
 
 
 def features(path: Path) -> dict:
-    return H.histogram_of(H.records(path), "tool-use", lambda s: H.Extractor(s), source=str(path))
+    return build.histogram_of(build.records(path), "tool-use", Extractor, source=str(path))
 
 
 def main() -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from aci import histogram as H
 from aci import manifest, registry
 from aci.context import Context
 from aci.errors import ACIError
+from aci.histogram import build, features
 from tests.conftest import mcp_client
 
 SYSTEM = {"role": "system", "content": "You are a retail agent."}
@@ -100,7 +100,7 @@ def test_sft_samples_count_the_assistants_calls(workdir):
                                        ("calculate", "read"), ("transfer_to_human_agents", "write"),
                                        ("frobnicate", "unknown")])
 def test_read_write_verb_heuristic(name, kind):
-    assert H.classify_tool(name) == kind
+    assert features.classify_tool(name) == kind
 
 
 @pytest.mark.parametrize("answer,calls,cls", [
@@ -109,7 +109,7 @@ def test_read_write_verb_heuristic(name, kind):
     ('<tool_call>{"name": "f"}</tool_call>', False, "tool-call"), ("", True, "tool-call"),
     ("  ", False, "empty"), ("The capital is Paris.", False, "free-text")])
 def test_answer_format_classes(answer, calls, cls):
-    assert H.answer_format(answer, calls) == cls
+    assert features.answer_format(answer, calls) == cls
 
 
 def test_chat_features_equal_hand_computed_values(workdir):
@@ -145,9 +145,9 @@ def test_lengths_in_tokens_of_a_local_tokenizer(workdir, tiny_model, monkeypatch
     write_jsonl(workdir / "chat.jsonl", [{"question": text, "answer": "ANSWER: 12"}])
     out = run(workdir, path="chat.jsonl", record=False, tokenizer=str(tiny_model))
     n = len(tok(text, add_special_tokens=False)["input_ids"])
-    expected = H._bucket(n, H.LENGTH_EDGES["tokens"], H._length_labels(H.LENGTH_EDGES["tokens"]))
+    expected = features._bucket(n, features.LENGTH_EDGES["tokens"], features._length_labels(features.LENGTH_EDGES["tokens"]))
     assert out.unit == "tokens" and out.features["prompt_length"]["counts"] == {expected: 1}
-    assert expected != H._bucket(len(text), H.LENGTH_EDGES["tokens"], H._length_labels(H.LENGTH_EDGES["tokens"]))
+    assert expected != features._bucket(len(text), features.LENGTH_EDGES["tokens"], features._length_labels(features.LENGTH_EDGES["tokens"]))
 
 
 def test_custom_feature_from_python_module(workdir, monkeypatch):
@@ -310,7 +310,7 @@ def test_compare_records_manifest_side_file_and_plots(workdir):
     assert m["role"] == "train" and h["passed"] is False and h["target"] == "target.jsonl"
     assert h["means"]["writes"] == 1.0 and h["tv"]["writes"] == 0.39 and h["quotas"][0]["need"] > 0
     side = json.loads((Path(out.manifest).parent / "histogram.json").read_text())
-    assert side["kind"] == H.KIND and side["features"]["writes"]["counts"] == {"1": 50}
+    assert side["kind"] == build.KIND and side["features"]["writes"]["counts"] == {"1": 50}
     assert sorted(Path(p).name for p in out.plots) == sorted(f"{k}.png" for k in out.features)
     assert all(Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in out.plots)
     assert "FAIL writes" in out.summary() and "quotas to reach N=400" in out.summary()

@@ -21,6 +21,8 @@ import pytest
 from aci import jobs, records, registry, report, toybench
 from aci.context import Context
 from aci.errors import ACIError
+from aci.report import data as report_data
+from aci.report import html as report_html
 from tests import chromium
 from tests.eval_helpers import copy_model, eval_command
 
@@ -78,7 +80,7 @@ def test_report_page_in_headless_chromium(run_dir: Path, tmp_path: Path):
     proc = subprocess.run([sys.executable, "-m", "aci.cli", "report", "--state", str(run_dir / "state"), "--out",
                            str(out)], capture_output=True, text=True, cwd=run_dir, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    page = out / report.PAGE
+    page = out / report_html.PAGE
     assert f"wrote {page}" in proc.stdout
     for png in ("scores.png", "loss.png", "phases.png", "histogram-test-subtype.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
@@ -106,14 +108,14 @@ def test_report_page_in_headless_chromium(run_dir: Path, tmp_path: Path):
 
 def test_report_reads_loss_from_history_log_or_trainer_state(run_dir: Path, tmp_path: Path):
     state = Context(workdir=run_dir).state
-    curves = report.loss_curves(state)
+    curves = report_data.loss_curves(state)
     (job, points), = curves.items()
     assert [s for s, _ in points] == [1, 2, 3] and all(v > 0 for _, v in points)  # trainer_state.json
     log_only = tmp_path / "log"
     log_only.write_text("noise\n[aci] step 5/9 loss=1.5 learning_rate=0.1\n[aci] step 9/9 loss=0.25\n")
-    assert report._log_lines(log_only) == [(5, 1.5), (9, 0.25)]
+    assert report_data._log_lines(log_only) == [(5, 1.5), (9, 0.25)]
     (tmp_path / "history.jsonl").write_text('{"step": 2, "loss": 0.5}\n{"step": 4, "loss": 0.4}\n')
-    assert report._history(tmp_path) == [(2, 0.5), (4, 0.4)]
+    assert report_data._history(tmp_path) == [(2, 0.5), (4, 0.4)]
 
 
 def test_report_of_a_fresh_run_and_of_no_run(tmp_path: Path):

@@ -80,9 +80,13 @@ def test_phase_plan_gives_the_reserve_phase_the_reserve():
     prof = rules.load("posttrainbench").profile
     at_budget = [(p.name, round(m, 6)) for p, m in prof.allocation(600)]
     assert at_budget == [("recon", 30), ("baseline", 30), ("first-model", 120), ("iterate", 375), ("submit", 45)]
-    short = dict((p.name, m) for p, m in prof.allocation(120))  # a 2-hour run: same reserve, work split by share
-    assert short["submit"] == 45 and abs(sum(short.values()) - 120) < 1e-9
+    long = dict((p.name, m) for p, m in prof.allocation(360))  # 6 hours: 15 % would be 54 min, so 45 still
+    assert long["submit"] == 45 and abs(sum(long.values()) - 360) < 1e-9
+    short = dict((p.name, m) for p, m in prof.allocation(120))  # 2 hours: 15 % of the budget, work split by share
+    assert short["submit"] == 18 and abs(sum(short.values()) - 120) < 1e-9
     assert abs(short["first-model"] / short["recon"] - 4) < 1e-9
+    # the run: 43 minutes left at init kept a 45-minute reserve, more than the whole run
+    assert prof.reserve_min(43) == pytest.approx(6.45) and prof.reserve_min() == 45
 
 
 def test_guidance_and_protected_files_come_from_the_rules_file(tmp_path, workdir, monkeypatch):
@@ -153,25 +157,35 @@ def _init(wd, **extra):
     return registry.call("plan", args, Context(workdir=wd))
 
 
-def test_stop_guard_blocks_until_target_met(workdir):
+def test_stop_guard_blocks_until_the_final_reserve_target_met_or_not(workdir):
     assert stop_decision(Context(workdir=workdir)) is None  # no run: never trap a session
     _init(workdir, targets=[{"metric": "accuracy", "value": 0.5}])
     d = stop_decision(Context(workdir=workdir))
     assert d["decision"] == "block" and "never-stop-early" in d["reason"] and "left" in d["reason"]
+    assert "no target is met" in d["reason"]
     from aci.state import State, iso
 
     with State(workdir / "state").event("promote", "promoted x") as w:
         w.write_json("best.json", {"checkpoint": "x", "path": "final_model", "score": 0.7, "evaluator": "cmd",
                                    "promoted_at": iso()})
-    assert stop_decision(Context(workdir=workdir)) is None
+    # a met target is a milestone: the guard still blocks, and names the stretch goal
+    d = stop_decision(Context(workdir=workdir))
+    assert d["decision"] == "block" and "target 0.5 met" in d["reason"] and "next goal 0.72" in d["reason"]
     r = subprocess.run([sys.executable, "-m", "aci.cli", "guard", "stop"], input="{}", capture_output=True,
                        text=True, cwd=workdir)
-    assert r.returncode == 0 and r.stdout.strip() == ""
+    assert r.returncode == 0 and json.loads(r.stdout)["decision"] == "block"
 
 
-def test_stop_guard_releases_in_final_reserve(workdir):
+def test_stop_guard_in_final_reserve_asks_for_finalize_once(workdir):
     (workdir / "timer.sh").write_text('echo "Remaining time (hours:minutes):"; echo "0:30"\n')
-    _init(workdir, profile="posttrainbench")
+    _init(workdir, profile="posttrainbench", budget_hours=10)  # a 10-hour run with 30 minutes left: reserve 45
+    d = stop_decision(Context(workdir=workdir))
+    assert d["decision"] == "block" and "aci finalize" in d["reason"]
+    assert stop_decision(Context(workdir=workdir), {"stop_hook_active": True}) is None  # never trapped
+    from aci.state import State, iso
+
+    with State(workdir / "state").event("finalize", "finalize passed") as w:
+        w.write_json("finalize.json", {"passed": True, "ts": iso()})
     assert stop_decision(Context(workdir=workdir)) is None
 
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import Field
 
-from aci import histogram as H
-from aci import manifest
 from aci.context import Context
 from aci.errors import ACIError
+from aci.histogram import build, compare, features
 from aci.registry import ToolInput, ToolOutput, tool
 
 
@@ -90,13 +88,13 @@ class HistogramOutput(ToolOutput):
 
 
 def _extractor_factory(inp: HistogramInput, ctx: Context):
-    kinds = H.check_tool_kinds(inp.tool_kinds)
-    custom = [H.load_function(spec, ctx.workdir) for spec in inp.custom]
-    length = H.token_length(ctx.path(inp.tokenizer, must_exist=True, what="tokenizer")) if inp.tokenizer else None
+    kinds = features.check_tool_kinds(inp.tool_kinds)
+    custom = [features.load_function(spec, ctx.workdir) for spec in inp.custom]
+    length = features.token_length(ctx.path(inp.tokenizer, must_exist=True, what="tokenizer")) if inp.tokenizer else None
     unit = "tokens" if inp.tokenizer else "chars"
 
-    def make(feature_set: str) -> H.Extractor:
-        return H.Extractor(feature_set, length=length, unit=unit, tool_kinds=kinds, custom=custom)
+    def make(feature_set: str) -> features.Extractor:
+        return features.Extractor(feature_set, length=length, unit=unit, tool_kinds=kinds, custom=custom)
 
     return make
 
@@ -124,51 +122,32 @@ def histogram(inp: HistogramInput, ctx: Context) -> HistogramOutput:
         if not inp.target:
             raise ACIError("histogram compare needs --target (a records file or a saved histogram JSON)")
         tpath = ctx.path(inp.target, must_exist=True, what="target")
-        target = H.read_saved(tpath)
+        target = build.read_saved(tpath)
         if target is None:
-            target = H.histogram_of(H.records(tpath), feature_set, make, source=str(tpath))
+            target = build.histogram_of(build.records(tpath), feature_set, make, source=str(tpath))
         if feature_set not in ("auto", target["feature_set"]):
             raise ACIError(f"the target uses the {target['feature_set']} feature set, not {feature_set}")
         feature_set = target["feature_set"]
-        target = H.restrict(target, inp.features)
-    hist = H.restrict(H.histogram_of(H.records(path), feature_set, make, source=str(path)), inp.features)
+        target = build.restrict(target, inp.features)
+    hist = build.restrict(build.histogram_of(build.records(path), feature_set, make, source=str(path)), inp.features)
     tolerance = inp.tolerance_pp or ctx.rules.profile.histogram_tolerance_pp
-    comparison = H.compare(target, hist, tolerance, inp.size) if target else None
+    comparison = compare.compare(target, hist, tolerance, inp.size) if target else None
     unclassified = sorted(set(hist["unclassified_tools"]) | set((target or {}).get("unclassified_tools", [])))
 
     saved = None
     if inp.save:
         out = ctx.path(inp.save, what="save path")
-        H.save(hist, out)
+        build.save(hist, out)
         saved = str(out)
     plots = []
     if inp.plot_dir:
         folder = ctx.path(inp.plot_dir, what="plot folder")
         for name, entry in hist["features"].items():
             tentry = target["features"].get(name) if target else None
-            plots.append(str(H.plot(name, tentry, entry, folder / f"{name}.png")))
+            plots.append(str(compare.plot(name, tentry, entry, folder / f"{name}.png")))
 
-    mpath = None
-    if inp.record:
-        result: dict[str, Any] = {
-            "records": hist["records"], "feature_set": hist["feature_set"], "unit": hist["unit"],
-            "side_file": "histogram.json",
-            "means": {k: v["mean"] for k, v in hist["features"].items() if v.get("mean") is not None},
-        }
-        if comparison:
-            result.update({
-                "target": str(inp.target), "tolerance_pp": tolerance, "passed": comparison["passed"],
-                "failed": comparison["failed"], "skipped": comparison["skipped"],
-                "size": comparison["size"],
-                "tv": {k: v["tv"] for k, v in comparison["features"].items()},
-                "quotas": comparison["quotas"][:50],
-            })
-        verdict = ("" if not comparison else " passed" if comparison["passed"]
-                   else f" failed ({', '.join(comparison['failed'])})")
-        manifest.update(ctx.state, path, "histogram", result, role=inp.role, tool="histogram",
-                        message=f"histogram of {path.name}{verdict}",
-                        extra_files={"histogram.json": (json.dumps(hist, indent=2) + "\n").encode()})
-        mpath = str(ctx.state.root / manifest.rel(path))
+    mpath = build.record(ctx.state, path, hist, comparison, target=inp.target, tolerance=tolerance,
+                         role=inp.role) if inp.record else None
     return HistogramOutput(action=inp.action, path=str(path), records=hist["records"],
                            feature_set=hist["feature_set"], unit=hist["unit"], features=hist["features"],
                            comparison=comparison, passed=comparison["passed"] if comparison else None,

@@ -40,7 +40,9 @@ def render_summary(s: Summary | None) -> str:
     if not s.has_run_card:
         return "no run card yet\n" + "\n".join(f"next: {a}" for a in s.next_actions)
     lines = [f"{s.base_model} on {s.benchmark}: {s.time_left} left (deadline {s.deadline}, from {s.deadline_source})",
-             f"phase: {s.current_phase}   best: " + (f"{s.best['checkpoint']} = {s.best['score']}" if s.best else "none")]
+             *s.plainly,
+             f"phase: {s.current_phase}   best: " + (f"{s.best['checkpoint']} = {s.best['score']}" if s.best else "none")
+             + (f"   goal: {s.goal.value:.4g} ({s.goal.source})" if s.goal and s.goal.value is not None else "")]
     lines += [f"job {j['id']} {j['status']} {j.get('progress', {}).get('step', '')}" for j in s.running_jobs]
     lines += [f"  {e['ts']} {e['kind']}: {e['message']}" for e in s.last_events[-5:]]
     lines += [f"next: {a}" for a in s.next_actions]

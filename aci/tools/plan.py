@@ -51,7 +51,7 @@ class PlanOutput(ToolOutput):
             lines.append(f"eval: {c.get('eval_command') or '-'}")
             lines.append(f"template: {c.get('template') or '-'}   deadline source: {self.deadline_source}")
         for p in self.phases:
-            mark = {"done": "x", "current": ">", "pending": " "}[p.status]
+            mark = {"done": "x", "current": ">", "pending": " ", "missed": "-"}[p.status]
             lines.append(f" [{mark}] {p.name:<12} {p.spent_min:7.1f} / {p.allocated_min:6.1f} min   gate {p.gate}")
         lines += [f"eval command as typed, changed: {t}" for t in self.translation]
         lines += [f"next: {a}" for a in self.next_actions]

@@ -18,7 +18,7 @@ from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.state import read_json
+from aci.state import now, parse_ts, read_json
 from aci.training import chance, prepare
 from aci.training.request import TrainRequest
 
@@ -50,6 +50,8 @@ class TrainOutput(ToolOutput):
         for j in ([self.job] if self.job else []) + self.jobs:
             p = j.progress
             bits = [f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else p.get("phase", "")]
+            if j.status == "running" and p.get("phase") == "preparing" and p.get("preparing"):
+                bits.append(_preparing(p["preparing"]))
             bits += [f"{k}={p[k]:.4g}" if isinstance(p[k], float) else f"{k}={p[k]}"
                      for k in ("loss", "reward", "tokens_per_s", "eta_s", "last_checkpoint") if p.get(k) is not None]
             lines.append(f"{j.id} {j.status} " + " ".join(b for b in bits if b) + (f" ({j.reason})" if j.reason else ""))
@@ -68,6 +70,30 @@ class TrainOutput(ToolOutput):
         return "\n".join(lines)
 
 
+def _preparing(step: dict) -> str:
+    """'tokenizing 3000 samples ...: 1200/3000 (for 14 s)': what a job does before its first step."""
+    counts = f": {step['done']}/{step['total']}" if step.get("total") else ""
+    since = f" (for {(now() - parse_ts(step['since'])).total_seconds():.0f} s)" if step.get("since") else ""
+    return f"{step.get('what')}{counts}{since}"
+
+
+def _registered(ctx: Context) -> dict[str, list[dict]]:
+    """Registered checkpoints per job, in order: the registry, not the job's last progress write, says which
+    checkpoint is the last (a job stopped while saving may not have written its progress since)."""
+    out: dict[str, list[dict]] = {}
+    for e in ctx.state.lines(records.CHECKPOINTS):
+        if e.get("type") == "registered" and e.get("job"):
+            out.setdefault(e["job"], []).append(e)
+    return out
+
+
+def _last_checkpoint(view: JobView, registered: dict[str, list[dict]]) -> JobView:
+    ckpts = registered.get(view.id)
+    if not ckpts:
+        return view
+    return view.model_copy(update={"progress": {**view.progress, "last_checkpoint": ckpts[-1]["checkpoint"]}})
+
+
 def _status(inp: TrainInput, ctx: Context) -> TrainOutput:
     jobs.reap(ctx.state)
     job_id = inp.job
@@ -76,8 +102,9 @@ def _status(inp: TrainInput, ctx: Context) -> TrainOutput:
         if not listed:
             raise ACIError("no training jobs yet; start one with `aci train start --data ...`")
         job_id = max(listed, key=lambda j: j.started_at).id
-    view = jobs.view(ctx.state, job_id)
-    ckpts = [e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "registered" and e.get("job") == job_id]
+    registered = _registered(ctx)
+    view = _last_checkpoint(jobs.view(ctx.state, job_id), registered)
+    ckpts = registered.get(job_id, [])
     log = jobs.tail(Path(view.folder) / "log", inp.log_lines) if inp.log_lines else None
     nxt = []
     p = view.progress
@@ -120,7 +147,9 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
     into rows (each attending only to itself) unless --no-packing."""
     if inp.action == "list":
         jobs.reap(ctx.state)
-        return TrainOutput(action="list", jobs=jobs.list_jobs(ctx.state, kind="train"))
+        registered = _registered(ctx)
+        return TrainOutput(action="list", jobs=[_last_checkpoint(v, registered)
+                                                for v in jobs.list_jobs(ctx.state, kind="train")])
     if inp.action == "status":
         return _status(inp, ctx)
     if inp.action == "stop":

@@ -15,6 +15,8 @@ class VerifyTaskOutput(ToolOutput, VerifyReport):
     def summary(self) -> str:
         lines = [f"method {self.method}: kept {self.kept}/{self.candidates} ({self.rate:.0%}) of {self.tasks}",
                  f"kept -> {self.kept_file}", f"rejected -> {self.rejected_file}"]
+        if self.grader and self.grader_source != "--grader":
+            lines.append(f"grader for tasks that name none: {self.grader} (from {self.grader_source})")
         if self.by_subtype:
             width = max(len(s.subtype) for s in self.by_subtype)
             lines.append(f"{'subtype':<{width}}  candidates  kept  rate")
@@ -31,7 +33,8 @@ def verify_task(inp: VerifyTaskInput, ctx: Context) -> VerifyTaskOutput:
     """Filter candidate tasks into kept and rejected files, with per-subtype yield and rejection reasons.
 
     Method B (rule-graded: exact answer, unit tests, tool calls): each task's gold, rendered by its grader
-    (task.grader, else --grader), must score 1 and a corrupted variant (wrong number, other letter,
+    (task.grader, else --grader, else the benchmark card's grader or the one its answer_format implies),
+    must score 1 and a corrupted variant (wrong number, other letter,
     stubbed code, broken first argument) must score 0; otherwise the task is rejected (gold-fails,
     corrupt-passes, missing-gold, no-grader, grader-error). Method A (judge-graded): discard answers
     (gold.answer) that are short (--min-answer-chars), start like an error, say "not found", or have fewer

@@ -31,7 +31,7 @@ class JobCallback(TrainerCallback):
         self.cfg = cfg
         self.state = State(cfg.state)
         self.stop_at = parse_ts(cfg.stop_at) if cfg.stop_at else None
-        self.progress: dict = {"phase": "loading", "step": 0, "job": cfg.job}
+        self.progress: dict = {"phase": "preparing", "step": 0, "job": cfg.job}
         self.t0: float | None = None
         self.written = 0.0
         self.stop_reason: str | None = None
@@ -46,9 +46,19 @@ class JobCallback(TrainerCallback):
             self.written = t
             jobs.write_progress(self.progress)
 
+    def preparing(self, what: str, done: int | None = None, total: int | None = None) -> None:
+        """A step before training starts (loading the model, tokenizing N samples), so that `train status`
+        says what a job is doing before its first step, with counts where there are any."""
+        known = self.progress.get("preparing") or {}
+        step = {"what": what, "since": known.get("since") if known.get("what") == what else iso()}
+        if total:
+            step.update(done=done or 0, total=total)
+        self.write(force=known.get("what") != what, phase="preparing", preparing=step)
+
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.t0 = time.monotonic()
         self.training = True
+        self.progress.pop("preparing", None)
         if state.is_world_process_zero:
             vocab = getattr(getattr(model, "config", None), "vocab_size", None)  # the span of the softmax
             self.write(force=True, phase="training", total_steps=state.max_steps, started_training_at=iso(),

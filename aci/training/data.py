@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -102,10 +103,10 @@ def encode_text(tokenizer: Any, text: str, max_length: int | None) -> templates.
 
 
 def encode_samples(path: Path, tokenizer: Any, template: templates.Template, *, max_length: int,
-                   kwargs: dict | None = None, limit: int | None = None,
-                   content: bytes | None = None) -> tuple[list[templates.Encoded], Stats]:
+                   kwargs: dict | None = None, limit: int | None = None, content: bytes | None = None,
+                   progress: Callable[[int], None] | None = None) -> tuple[list[templates.Encoded], Stats]:
     """Encode the SFT samples of `path` (the first `limit`; from `content` when given); errors name the
-    file and line."""
+    file and line. `progress(n)` hears the count of samples encoded so far."""
     stats = Stats()
     out: list[templates.Encoded] = []
     for n, row in islice(tasks.read_rows(path, content), limit):
@@ -120,6 +121,8 @@ def encode_samples(path: Path, tokenizer: Any, template: templates.Template, *, 
         for enc in encoded:
             stats.add(enc)
         out.extend(encoded)
+        if progress:
+            progress(stats.samples)
     return out, stats
 
 

@@ -137,6 +137,7 @@ def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, 
 def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[TrainConfig, dict, list[str]]:
     """Every check of `start` but the deadline's; returns the job's config, the check report, and warnings."""
     ctx.require_card()
+    gates.check_reserve(ctx)  # cheap gates first: a clock reading and names, before any data is read
     if not req.data:
         raise ACIError(f"{action} needs --data (a JSONL file of {'SFT samples' if req.method == 'sft' else 'tasks'})")
     data_path = ctx.path(req.data, must_exist=True, what="data")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from aci import jobs, templates
 from aci.errors import ACIError
+from aci.state import iso
 from aci.training import config as config_mod
 from aci.training import data, hardware
 from aci.training.config import TrainConfig
@@ -109,6 +110,7 @@ _ENCODED: dict[tuple, tuple] = {}
 
 def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, content: bytes):
     """The TRL trainer for `cfg`, and the speed settings it runs with."""
+    callback.preparing(f"loading the model from {cfg.model_path}")
     model = load_model(cfg, cuda)
     if "token_type_ids" not in inspect.signature(model.forward).parameters:  # e.g. a generic fast tokenizer
         tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
@@ -122,8 +124,10 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
         key = (cfg.data, cfg.max_length, json.dumps(cfg.template_kwargs, sort_keys=True))
         if key not in _ENCODED:  # a measurement builds its trainer twice (before and after the batch search)
             _ENCODED.clear()
+            what = f"tokenizing {cfg.data_rows} samples with the evaluation's template"
             _ENCODED[key] = data.encode_samples(data_path, tokenizer, template, max_length=cfg.max_length,
-                                                kwargs=cfg.template_kwargs, content=content)
+                                                kwargs=cfg.template_kwargs, content=content,
+                                                progress=lambda n: callback.preparing(what, n, cfg.data_rows))
         encoded, stats = _ENCODED[key]
         dataset = data.sft_dataset(encoded, pack_to=cfg.max_length if speed.packing else None)
         print(f"[aci] data: {stats.report()}" + (f", packed into {len(dataset)} rows" if speed.packing else ""),
@@ -135,6 +139,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
         args = make_args(SFTConfig, **common_args(cfg, cuda, speed), max_length=cfg.max_length, packing=False,
                          **packed)
         collator = data.PackedCollator(tokenizer.pad_token_id, flat=speed.packing_flat) if speed.packing else None
+        callback.preparing("building the TRL trainer")
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                              data_collator=collator, peft_config=lora_config(cfg), callbacks=[callback])
         return trainer, speed
@@ -144,6 +149,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
     from aci.training.rewards import grader_reward
 
     g = cfg.grpo
+    callback.preparing(f"rendering the prompts of {cfg.data_rows} tasks")
     rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs, content=content)
     print(f"[aci] prompts: {stats.report()}", flush=True)
     args = make_args(
@@ -153,6 +159,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
         max_prompt_length=cfg.max_length,  # TRL 0.27 truncates prompts to this; 1.x has no such setting
     )
     reward = grader_reward(g.grader, workdir=Path(cfg.workdir), profile=cfg.profile)
+    callback.preparing("building the TRL trainer")
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=lora_config(cfg), callbacks=[callback])
     return trainer, speed
@@ -189,7 +196,8 @@ def find_batch(cfg: TrainConfig, trainer, callback) -> TrainConfig:
 
 def main(argv: list[str]) -> int:
     cfg = config_mod.load(argv[0])
-    jobs.write_progress({"phase": "loading", "step": 0, "job": cfg.job})
+    jobs.write_progress({"phase": "preparing", "step": 0, "job": cfg.job,
+                         "preparing": {"what": "importing torch, transformers and TRL", "since": iso()}})
     try:
         content = data.pinned_content(Path(cfg.data), cfg.data_sha256, cfg.profile)
     except ACIError as e:
@@ -207,6 +215,7 @@ def main(argv: list[str]) -> int:
     set_seed(cfg.seed)
     cuda = torch.cuda.is_available()
     callback = JobCallback(cfg)
+    callback.preparing("loading the tokenizer and the evaluation's template")
     tokenizer = templates.load_tokenizer(cfg.model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

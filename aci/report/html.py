@@ -1,285 +1,23 @@
-"""`aci report`: one self-contained HTML page of a run, plus the PNG plots it embeds.
-
-Everything comes from the state folder (and the files it names), so a report can be written at any time,
-by anyone, after the fact: the run card, the journal (timeline), the phase plan against the time used
-(`aci.progress.phases`), every evaluation in `checkpoints.jsonl` with its trial range, the data manifests
-(histogram comparisons, verify-task yields, contamination verdicts) and the loss curve of each training
-job (from the job's `history.jsonl` when present, else the trainer's `trainer_state.json` of its last
-checkpoint, else the `[aci] step` lines of its log).
-
-The page has no external asset and no script: CSS is inline, the timeline is inline SVG, the plots are
-PNGs (matplotlib, imported only here) embedded as data URIs and also written beside the page.
-"""
+"""The report page: one self-contained HTML file. No external asset and no script: CSS is inline, the
+timeline is inline SVG, the plots are PNGs embedded as data URIs and also written beside the page."""
 
 from __future__ import annotations
 
 import base64
 import html
-import json
-import re
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-import click
-
-from aci import records
-from aci.state import State, iso, parse_ts
+from aci.report import plots
+from aci.report.data import Run, latest_evaluations, short_name
+from aci.state import parse_ts
 
 PAGE = "report.html"
 KIND_COLORS = {"plan": "#6b7280", "benchmark-card": "#0ea5e9", "eval": "#8b5cf6", "data": "#f59e0b",
                "train": "#10b981", "promote": "#ef4444", "finalize": "#111827", "result": "#2563eb",
                "decision": "#db2777", "observation": "#14b8a6", "note": "#9ca3af"}
 PHASE_COLORS = ["#e0f2fe", "#ede9fe", "#dcfce7", "#fef3c7", "#fee2e2", "#f3f4f6"]
-_STEP_LINE = re.compile(r"\[aci\] step (\d+)/\d+ .*?\bloss=([0-9.eE+-]+)")
 
-
-@dataclass
-class Run:
-    """What the page shows, read once from the state folder."""
-
-    state: State
-    card: dict
-    journal: list[dict]
-    evaluations: list[dict]
-    best: dict | None
-    finalize: dict | None
-    phases: list[dict]
-    losses: dict[str, list[tuple[int, float]]]
-    data: list[dict]
-    workdir: Path
-    generated: str = field(default_factory=iso)
-
-
-def collect(state_dir: Path, workdir: Path | None = None) -> Run:
-    from aci.context import Context
-    from aci.errors import ACIError
-    from aci.progress import FINALIZE, phases
-
-    state = State(state_dir)
-    card = state.read(records.RUN_CARD)
-    if not card:
-        raise ACIError(f"no run card in {state.root}: nothing to report (is --state the run's state folder?)")
-    if workdir is None:  # the run's own working directory, else the folder holding the state
-        workdir = Path(card.get("workdir") or state.root.parent)
-        workdir = workdir if workdir.is_dir() else state.root.parent
-    ctx = Context(state=state.root, workdir=workdir)
-    return Run(
-        state=state, card=card, journal=state.journal(),
-        evaluations=[e for e in state.lines(records.CHECKPOINTS) if e.get("type") == "evaluated"],
-        best=state.read(records.BEST), finalize=state.read(FINALIZE),
-        phases=[p.model_dump() for p in phases(ctx)], losses=loss_curves(state), data=data_manifests(state, workdir),
-        workdir=workdir,
-    )
-
-
-# -- loss curves ----------------------------------------------------------------------------------
-def loss_curves(state: State) -> dict[str, list[tuple[int, float]]]:
-    """Per training job, (step, loss) points from the best source the job left."""
-    root = state.root / records.JOBS
-    out: dict[str, list[tuple[int, float]]] = {}
-    for job_dir in sorted(root.iterdir()) if root.is_dir() else []:
-        job = state.read(f"{records.JOBS}/{job_dir.name}/job.json") or {}
-        if job.get("kind") != "train" or (job.get("config") or {}).get("measure"):
-            continue
-        points = _history(job_dir) or _trainer_state(job.get("config") or {}) or _log_lines(job_dir / "log")
-        if points:
-            out[job_dir.name] = points
-    return out
-
-
-def _history(job_dir: Path) -> list[tuple[int, float]]:
-    path = job_dir / "history.jsonl"
-    if not path.is_file():
-        return []
-    from aci.state import read_jsonl
-
-    return [(int(r["step"]), float(r["loss"])) for r in read_jsonl(path) if "loss" in r and "step" in r]
-
-
-def _trainer_state(config: dict) -> list[tuple[int, float]]:
-    folder = Path(config.get("output_dir") or "")
-    if not config.get("output_dir") or not folder.is_dir():
-        return []
-    found = []
-    for p in folder.glob("checkpoint-*/trainer_state.json"):
-        try:
-            found.append((int(p.parent.name.split("-")[-1]), p))
-        except ValueError:
-            continue
-    if not found:
-        return []
-    try:
-        history = json.loads(max(found)[1].read_text()).get("log_history", [])
-    except (OSError, json.JSONDecodeError):
-        return []
-    return [(int(h["step"]), float(h["loss"])) for h in history if "loss" in h and "step" in h]
-
-
-def _log_lines(path: Path) -> list[tuple[int, float]]:
-    if not path.is_file():
-        return []
-    return [(int(m.group(1)), float(m.group(2))) for m in _STEP_LINE.finditer(path.read_text(errors="replace"))]
-
-
-# -- data manifests -------------------------------------------------------------------------------
-def data_manifests(state: State, workdir: Path) -> list[dict]:
-    """Each manifest with its histogram (and the target's, when the target's own manifest has one)."""
-    root = state.root / records.DATA
-    manifests = []
-    for m in sorted(root.glob("*/manifest.json")) if root.is_dir() else []:
-        try:
-            manifest = json.loads(m.read_text())
-        except json.JSONDecodeError:
-            continue
-        side = m.parent / "histogram.json"
-        manifest["_histogram"] = json.loads(side.read_text()) if side.is_file() else None
-        manifests.append(manifest)
-    by_path = {str(Path(x.get("path", "")).resolve()): x for x in manifests}
-    for x in manifests:
-        target = (x.get("histogram") or {}).get("target")
-        if target:
-            tpath = Path(target) if Path(target).is_absolute() else workdir / target
-            found = by_path.get(str(tpath.resolve()))
-            x["_target_histogram"] = (found or {}).get("_histogram")
-    manifests.sort(key=lambda x: min((x.get(s) or {}).get("at", "~") for s in ("histogram", "verify", "contamination")))
-    return manifests
-
-
-# -- plots ----------------------------------------------------------------------------------------
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
-                         "axes.grid": True, "grid.alpha": 0.3})
-    return plt
-
-
-def _save(fig, out: Path) -> Path:
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return out
-
-
-def latest_evaluations(run: Run) -> list[dict]:
-    """The newest successful evaluation per (checkpoint, evaluator, limit), in the order first evaluated."""
-    out: dict[tuple, dict] = {}
-    for e in run.evaluations:
-        if e.get("error") or e.get("score") is None:
-            continue
-        out[(e["checkpoint"], e.get("evaluator"), e.get("limit"))] = e
-    return list(out.values())
-
-
-def short_name(checkpoint: str) -> str:
-    """`train-1129-120402-d7de/checkpoint-500` -> `d7de/ckpt-500` for axis labels."""
-    if "/" not in checkpoint:
-        return checkpoint
-    job, ck = checkpoint.rsplit("/", 1)
-    return f"{job.split('-')[-1]}/{ck.replace('checkpoint', 'ckpt')}"
-
-
-def plot_scores(run: Run, out: Path) -> Path | None:
-    evals = latest_evaluations(run)
-    if not evals:
-        return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(evals) + 2), 3.2))
-    best = (run.best or {}).get("checkpoint")
-    for i, e in enumerate(evals):
-        lo, hi = e.get("range") or (e["score"], e["score"])
-        color = "#ef4444" if e["checkpoint"] == best else "#6b7280" if e["checkpoint"] == "base" else "#2563eb"
-        ax.errorbar([i], [e["score"]], yerr=[[e["score"] - lo], [hi - e["score"]]], fmt="o", color=color,
-                    markersize=7, capsize=8, elinewidth=2)
-        ax.annotate(f"{e['score']:.3f}", (i, e["score"]), textcoords="offset points", xytext=(12, -3), fontsize=8)
-    ax.set_xticks(range(len(evals)), [short_name(e["checkpoint"]) for e in evals])
-    ax.set_xlim(-0.5, len(evals) - 0.5)
-    ax.set_ylabel((run.card.get("metric_key") or "score") + " (mean, min-max over trials)")
-    ax.set_ylim(bottom=min(0, ax.get_ylim()[0]))
-    return _save(fig, out)
-
-
-def plot_losses(run: Run, out: Path) -> Path | None:
-    if not run.losses:
-        return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.5, 3.2))
-    for job, points in run.losses.items():
-        ax.plot([s for s, _ in points], [v for _, v in points], marker=".", label=job)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("training loss (assistant tokens)")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7)
-    return _save(fig, out)
-
-
-def plot_phases(run: Run, out: Path) -> Path | None:
-    if not run.phases:
-        return None
-    plt = _plt()
-    names = [p["name"] for p in run.phases][::-1]
-    alloc = [p["allocated_min"] for p in run.phases][::-1]
-    spent = [p["spent_min"] for p in run.phases][::-1]
-    fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(names) + 1.0))
-    ys = range(len(names))
-    ax.barh([y + 0.18 for y in ys], alloc, height=0.34, color="#cbd5e1", label="allocated")
-    ax.barh([y - 0.18 for y in ys], spent, height=0.34, color="#2563eb", label="used")
-    ax.set_yticks(list(ys), names)
-    ax.set_xlabel("minutes")
-    ax.legend(fontsize=7, loc="lower right")
-    return _save(fig, out)
-
-
-def plot_histograms(run: Run, folder: Path) -> list[tuple[str, Path]]:
-    """One figure per feature that differed anywhere: the target's shares beside each compared set's.
-
-    Sets are grouped by their comparison target; a feature is drawn when some set's total-variation
-    distance to the target exceeded 0.005 (the others matched and say nothing)."""
-    groups: dict[str, list[dict]] = {}
-    for m in run.data:
-        h = m.get("histogram") or {}
-        if h.get("target") and m.get("_histogram"):
-            groups.setdefault(h["target"], []).append(m)
-    made = []
-    for target, sets in groups.items():
-        features = [f for f in sets[0]["_histogram"]["features"]
-                    if any((m["histogram"].get("tv") or {}).get(f, 0) > 0.005 for m in sets)]
-        tfeats = (sets[0].get("_target_histogram") or {}).get("features", {})
-        for feature in features:
-            series = ([(f"{Path(target).name} (target)", tfeats[feature])] if feature in tfeats else [])
-            series += [(Path(m["path"]).name, m["_histogram"]["features"][feature]) for m in sets
-                       if feature in m["_histogram"]["features"]]
-            png = folder / f"histogram-{Path(target).stem}-{feature}.png"
-            made.append((f"{feature} vs {Path(target).name}", _bars(feature, series, png)))
-    return made
-
-
-def _bars(feature: str, series: list[tuple[str, dict]], out: Path) -> Path:
-    plt = _plt()
-    bins = list(dict.fromkeys(b for _, entry in series for b in entry["counts"]))
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.9 * len(bins) * len(series) / 2 + 2.5), 3.0))
-    width = 0.8 / len(series)
-    colors = ["#94a3b8", "#f59e0b", "#2563eb", "#10b981", "#8b5cf6"]
-    for k, (label, entry) in enumerate(series):
-        total = sum(entry["counts"].values()) or 1
-        xs = [i - 0.4 + width * (k + 0.5) for i in range(len(bins))]
-        ax.bar(xs, [100 * entry["counts"].get(b, 0) / total for b in bins], width, label=label,
-               color=colors[k % len(colors)])
-    ax.set_xticks(range(len(bins)), bins)
-    ax.set_ylabel("% of records")
-    ax.set_title(feature)
-    ax.legend(fontsize=7)
-    return _save(fig, out)
-
-
-# -- HTML -----------------------------------------------------------------------------------------
 CSS = """
 :root { --ink:#111827; --muted:#6b7280; --line:#e5e7eb; --ok:#15803d; --bad:#b91c1c; --accent:#2563eb; }
 * { box-sizing: border-box; }
@@ -457,7 +195,7 @@ def section_training(run: Run, png: Path | None) -> str:
             f'<th class="num">last loss</th></tr></thead><tbody>{rows}</tbody></table></section>')
 
 
-def section_data(run: Run, plots: list[tuple[str, Path]]) -> str:
+def section_data(run: Run, figures: list[tuple[str, Path]]) -> str:
     if not run.data:
         return '<section id="data"><h2>Data gates</h2><p class="muted">No data checked yet.</p></section>'
     rows = []
@@ -471,12 +209,12 @@ def section_data(run: Run, plots: list[tuple[str, Path]]) -> str:
                f'rows flagged</span>') if c else badge(None)
         rows.append(f'<tr><td>{esc(Path(m.get("path", "?")).name)}</td><td>{esc(m.get("role", ""))}</td>'
                     f'<td>{hist}</td><td>{ver}</td><td>{con}</td></tr>')
-    figures = "".join(img(p, label) for label, p in plots)
+    shown = "".join(img(p, label) for label, p in figures)
     return ('<section id="data"><h2>Data gates</h2><table><thead><tr><th>file</th><th>role</th>'
             '<th>histogram vs benchmark</th><th>verify-task</th><th>contamination</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>'
-            + (f'<h3>Structure against the benchmark (features that differed)</h3><div class="plots">{figures}</div>'
-               if figures else "")
+            + (f'<h3>Structure against the benchmark (features that differed)</h3><div class="plots">{shown}</div>'
+               if shown else "")
             + "</section>")
 
 
@@ -491,10 +229,10 @@ def render(run: Run, out: Path) -> Path:
         note = ('<p class="muted">No plots: matplotlib is not installed '
                 '(<code>pip install "posttrain-aci[plots]"</code>).</p>')
     else:
-        scores = plot_scores(run, out / "scores.png")
-        losses = plot_losses(run, out / "loss.png")
-        phase_png = plot_phases(run, out / "phases.png")
-        hists = plot_histograms(run, out)
+        scores = plots.plot_scores(run, out / "scores.png")
+        losses = plots.plot_losses(run, out / "loss.png")
+        phase_png = plots.plot_phases(run, out / "phases.png")
+        hists = plots.plot_histograms(run, out)
         note = ""
     c = run.card
     title = f"{Path(c['base_model']).name} on {c['benchmark']}"
@@ -516,22 +254,3 @@ def render(run: Run, out: Path) -> Path:
     return path
 
 
-def write(state_dir: Path, out: Path | None = None, workdir: Path | None = None) -> Path:
-    run = collect(state_dir, workdir)
-    return render(run, out or run.workdir / "report")
-
-
-@click.command()
-@click.option("--state", "state_dir", type=click.Path(file_okay=False), default=None,
-              help="the run's state folder (default: aci --state, $ACI_STATE, else <aci --workdir>/state)")
-@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
-              help="folder for report.html and the PNG plots (default: <workdir>/report)")
-@click.pass_context
-def command(cctx: click.Context, state_dir: str | None, out: str | None) -> None:
-    """Write a self-contained HTML report of a run (timeline, phases, scores, data gates, loss curves)."""
-    from aci.state import resolve_root
-
-    root = cctx.find_root().obj or {}
-    workdir = Path(root["workdir"]).resolve() if root.get("workdir") else None
-    page = write(resolve_root(state_dir or root.get("state"), workdir), Path(out).resolve() if out else None, workdir)
-    click.echo(f"wrote {page}")
