@@ -120,7 +120,7 @@ def stop_hook(workdir: Path, payload: dict | None = None) -> tuple[int, str]:
     return proc.returncode, proc.stdout.strip()
 
 
-def test_stop_hook_blocks_while_time_remains_and_passes_when_the_target_is_met(tmp_path, tiny_model):
+def test_stop_hook_blocks_while_time_remains_even_past_a_met_target(tmp_path, tiny_model):
     assert stop_hook(tmp_path) == (0, "")  # no run card: never trap an unrelated session
 
     write_timer(tmp_path, "Remaining time (hours:minutes):\n9:00")
@@ -138,10 +138,11 @@ def test_stop_hook_blocks_while_time_remains_and_passes_when_the_target_is_met(t
     registry.call("eval-checkpoint", {"action": "evaluate", "checkpoint": "base", "limit": 40}, Context(workdir=tmp_path))
     promoted = registry.call("eval-checkpoint", {"action": "promote", "checkpoint": "base"}, Context(workdir=tmp_path))
     assert promoted.promotion.promoted and promoted.run.best.score >= 0.5
-    assert stop_hook(tmp_path) == (0, "")  # the target is met: stopping is fine
+    rc, out = stop_hook(tmp_path)  # the target is met: a milestone, the run goes on to a stretch goal
+    assert rc == 0 and json.loads(out)["decision"] == "block" and "a met target is a milestone" in out
 
 
-def test_stop_hook_passes_once_time_is_up(tmp_path):
+def test_stop_hook_asks_for_finalize_in_the_reserve_once_and_passes_when_time_is_up(tmp_path):
     write_timer(tmp_path, "Remaining time (hours:minutes):\n9:00")
     registry.call("plan", {"action": "init", "base_model": "m", "benchmark": "b", "profile": "posttrainbench",
                            "eval_command": eval_command()}, Context(workdir=tmp_path))
@@ -149,4 +150,7 @@ def test_stop_hook_passes_once_time_is_up(tmp_path):
     write_timer(tmp_path, "Timer expired!")
     assert stop_hook(tmp_path) == (0, "")
     write_timer(tmp_path, "Remaining time (hours:minutes):\n0:30")  # inside the 45-minute final reserve
-    assert stop_hook(tmp_path) == (0, "")
+    rc, out = stop_hook(tmp_path)  # once more, until aci finalize has passed
+    assert rc == 0 and "run aci finalize" in json.loads(out)["reason"]
+    again = {"session_id": "s1", "cwd": str(tmp_path), "hook_event_name": "Stop", "stop_hook_active": True}
+    assert stop_hook(tmp_path, again) == (0, "")  # it never traps a session it already sent back
