@@ -18,7 +18,7 @@ FRAMEWORK = {"aci.registry", "aci.envelope"}
 # tool needs no hand-kept list: the one import that points up, by design.
 DISCOVERY = ("aci.registry", "aci.tools")
 MAX_LINES = 420
-LARGE = {"aci/contamination.py"}  # still to split, by its owner (the contamination issue)
+LARGE: set[str] = set()  # modules allowed over the limit while their split is pending
 
 
 def modules() -> dict[str, Path]:

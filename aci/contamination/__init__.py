@@ -1,0 +1,61 @@
+"""Contamination check of a training set against a benchmark's reference items.
+
+Why: PostTrainBench's integrity judges zero a run that trained on test questions or answers, and they
+decide with the tool `judge_tools/contamination_check.py` (branch `new_judge_v2` of the PostTrainBench
+repository), which follows the `decon` SIMPLE algorithm. This package applies the same rules, written
+from that tool's behaviour (the rules are facts; none of its code is here), so that every row the judge
+would flag is flagged here first, with label `judge`; a few stricter checks add flags labelled
+`stricter`. `tests/data/contamination_judge/` holds the judge tool's own verdicts on generated cases,
+and a test requires that none of its flags is missed.
+
+One module per concern, so each can be read against the judge's rules on its own:
+- `text`: cleaning and cl100k tokens, as the judge's tool has them.
+- `inputs`: training rows and reference items, read as the judge's tool reads them.
+- `rules`: the judge's numbers and formulas (weights, bars, the short-text allowance).
+- `index`: mode `simple`: the reference indexed once, and the scan of each row.
+- `judge`: the judge's scan itself (seeds, clusters, question/answer/passage scores).
+- `stricter`: the stricter extras, and the probe index that prunes exactly.
+- `ngram13`: mode `ngram13`, any shared 13-word sequence.
+- `report`: matches and the report; `check` below runs a mode over a file.
+
+What no n-gram check can know: a paraphrase written by a model, or data generated from test items; see
+rules/integrity.md. Verdict (`aci.tools.contamination`): `fail` when more rows are flagged than the
+profile tolerates (`contamination.tolerated_rows`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aci.contamination.index import SimpleIndex
+from aci.contamination.inputs import RefItem, Row, reference_fields, reference_items, tool_text, training_rows
+from aci.contamination.ngram13 import LongNgramIndex
+from aci.contamination.report import Match, Report
+from aci.contamination.rules import JUDGE_THRESHOLD, relaxed
+from aci.contamination.text import Tokens, clean, encoding
+from aci.errors import ACIError
+
+MODES = ("simple", "ngram13")
+__all__ = ["MODES", "JUDGE_THRESHOLD", "LongNgramIndex", "Match", "RefItem", "Report", "Row", "SimpleIndex",
+           "Tokens", "check", "clean", "encoding", "reference_fields", "reference_items", "relaxed", "tool_text",
+           "training_rows"]
+
+
+def check(reference: Iterable[RefItem], rows: Iterable[Row], mode: str = "simple",
+          threshold: float = JUDGE_THRESHOLD, enc=None, keep_matches: int = 5) -> Report:
+    """Index `reference` once, stream `rows`, and return every flagged row with its matches (best first)."""
+    if mode not in MODES:
+        raise ACIError(f"unknown contamination mode {mode!r}; use one of {', '.join(MODES)}")
+    refs = list(reference)
+    report = Report(mode=mode, references=len(refs))
+    index = SimpleIndex(refs, threshold, enc) if mode == "simple" else LongNgramIndex(refs)
+    report.indexed, report.skipped = len(index), index.skipped
+    for r in rows:
+        matches = index.scan_row(r)
+        report.rows += 1
+        if matches:
+            matches.sort(key=lambda m: (m.label != "judge", -m.score, m.item))
+            report.flagged.append({"row": r.index, "line": r.line, "id": r.id, "label": matches[0].label,
+                                   "score": round(matches[0].score, 4),
+                                   "matches": [m.as_dict(refs) for m in matches[:keep_matches]]})
+    return report

@@ -1,0 +1,166 @@
+"""The reference indexed once for mode `simple`, and what runs on each training row.
+
+Why apart: building the tables (n-gram sets, IDF, the probe) happens once per check, scanning once per
+row; the scan combines the judge's algorithm (`judge.JudgeScan`) with the stricter extras
+(`stricter`). Index: question 5-grams, answer 3-grams (an answer of <= 3 tokens is kept as its exact
+token sequence), passage 4-grams. IDF of an n-gram = ln(N / df), N = reference rows read (skipped ones
+included), df = indexed items whose same field holds it; an n-gram every row holds weighs 0. A row is
+scanned as its texts in reading order and, when it differs, as the text the judge's tool would read of
+it; a match either reading gives at the judge's bar is labelled `judge`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from aci.contamination.inputs import RefItem, Row
+from aci.contamination.judge import Item, JudgeScan, RowView
+from aci.contamination.report import Match
+from aci.contamination.rules import (
+    A_N,
+    EPS,
+    JUDGE_THRESHOLD,
+    MIN_TOKENS,
+    MIN_UNIQUE_WORDS,
+    P_N,
+    Q_MIN,
+    Q_N,
+    SAMPLE_EVERY,
+    SHORT_ANSWER_TOKENS,
+    WEIGHTS,
+    doc_freq,
+    fewest,
+    field_weights,
+    ngrams,
+    relaxed,
+)
+from aci.contamination.stricter import ANSWER_ALONE, JUDGE, QUESTION_ALONE, Alone, Probe
+from aci.contamination.text import Tokens, clean, encoding
+
+
+class SimpleIndex(JudgeScan):
+    """The reference items indexed once; `scan(tokens)` scores one training row against all of them."""
+
+    def __init__(self, refs: list[RefItem], threshold: float = JUDGE_THRESHOLD, enc=None):
+        self.enc = enc or encoding()
+        self.tokens = Tokens(self.enc)
+        self.threshold = threshold
+        self.refs = refs
+        self.skipped: list[str] = []
+        self.items: list[Item] = []
+        space = self.enc.encode_ordinary(" ")[0]
+        seen: set[str] = set()
+        for r in refs:
+            c = (clean(r.passage), clean(r.question), clean(r.answer))
+            comb = self.tokens(" ".join(p for p in c if p))
+            p_toks, q_toks, a_toks = map(self.tokens, c)
+            if r.duplicate_key is not None:
+                if r.duplicate_key in seen:
+                    self.skipped.append(r.name)
+                    continue
+                seen.add(r.duplicate_key)
+            words = set(" ".join(p for p in c if p).split())
+            if len(words) < MIN_UNIQUE_WORDS or sum(1 for t in comb if t != space) < MIN_TOKENS:
+                self.skipped.append(r.name)
+                continue
+            present = tuple(f for f, v in (("question", r.question), ("answer", r.answer), ("passage", r.passage))
+                            if v.strip())
+            item = Item(r.index, len(q_toks) if r.question.strip() else 0,
+                         frozenset(ngrams(q_toks, Q_N)) if r.question.strip() else frozenset(),
+                         present, {}, 0)
+            lens = {"question": item.q_len}
+            if "answer" in present:
+                item.a_toks, item.a_short = a_toks, len(a_toks) <= SHORT_ANSWER_TOKENS
+                item.a_set = frozenset() if item.a_short else frozenset(ngrams(a_toks, A_N))
+                lens["answer"] = len(a_toks)
+            if "passage" in present:
+                item.p_len, item.p_set = len(p_toks), frozenset(ngrams(p_toks, P_N))
+                lens["passage"] = len(p_toks)
+            item.cum_len = sum(lens[f] for f in present)
+            if present in WEIGHTS:  # an item without a question is never seeded
+                item.weights = field_weights(present, len(item.q_set), len(set(a_toks)) if "answer" in present else 0)
+            self.items.append(item)
+        n = len(refs)
+
+        def idf(sets: Iterable[frozenset]) -> dict[tuple, float]:
+            return {g: math.log(n / d) if d < n else 0.0 for g, d in doc_freq(sets).items()}
+
+        self.q_idf = idf(it.q_set for it in self.items)
+        self.a_idf = idf(it.a_set for it in self.items)
+        self.p_idf = idf(it.p_set for it in self.items)
+        self.q_post: dict[tuple, set[int]] = {}
+        self.probe = Probe()
+        q_alone: dict[int, frozenset] = {}
+        a_alone: dict[int, frozenset] = {}
+        q_need: dict[int, float] = {}
+        a_need: dict[int, float] = {}
+        for i, it in enumerate(self.items):
+            it.q_total = sum(self.q_idf[g] for g in it.q_set)
+            it.a_total = sum(self.a_idf[g] for g in it.a_set)
+            it.p_total = sum(self.p_idf[g] for g in it.p_set)
+            it.q_floor = max(Q_MIN, relaxed(it.q_len, Q_MIN))
+            it.q_fewest = fewest((self.q_idf[g] for g in it.q_set), (it.q_floor - EPS) * it.q_total)
+            for g in it.q_set:
+                self.q_post.setdefault(g, set()).add(i)
+            if it.q_total > 0 and it.weights:
+                self.probe.add(3 * i + JUDGE, it.q_set, self.q_idf, it.q_total, it.q_floor)
+            ref = refs[it.ref]
+            if it.q_len >= MIN_TOKENS and len(set(clean(ref.question).split())) >= MIN_UNIQUE_WORDS:
+                q_alone[i], q_need[i] = it.q_set, relaxed(it.q_len, threshold)
+            if it.a_toks and len(it.a_toks) >= MIN_TOKENS and len(set(clean(ref.answer).split())) >= MIN_UNIQUE_WORDS:
+                a_alone[i], a_need[i] = frozenset(ngrams(it.a_toks, Q_N)), relaxed(len(it.a_toks), threshold)
+        self.alone = {QUESTION_ALONE: Alone(q_alone, q_need, n), ANSWER_ALONE: Alone(a_alone, a_need, n)}
+        for kind, check in self.alone.items():
+            for i, s in check.sets.items():
+                self.probe.add(3 * i + kind, s, check.idf, check.norm[i], check.need[i])
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def _codes(self, grams: list[tuple]) -> set[int]:
+        post = self.probe.post
+        return {c for g in post.keys() & grams for c in post[g]}
+
+    def scan_row(self, r: Row) -> list[Match]:
+        tokens = self.tokens
+        if r.tool_text is None:
+            return self.scan(tokens(clean(r.text)))
+        tool = clean(r.tool_text)
+        return self.scan(tokens(clean(r.text)), (lambda: tokens(tool)) if r.tool_inside else tokens(tool))
+
+    def scan(self, toks: list[int], tool: list[int] | Callable[[], list[int]] | None = None) -> list[Match]:
+        """Every item `toks` (a row's texts) matches. `tool`: the tokens of what the judge's tool would
+        read of the row, when that differs, scanned the judge's way too; a callable is called only when
+        `toks` could match (its text is inside the row's)."""
+        row = RowView(toks)
+        codes = self._codes(row.grams)
+        if not codes and not isinstance(tool, list):
+            return []
+        judge = self._candidates(row, codes)
+        found = self._judge(row, judge, SAMPLE_EVERY) if judge else {}
+        if callable(tool):
+            tool = tool() if judge else None
+        if tool is not None:
+            seen = RowView(tool)
+            for i, m in self._judge(seen, self._candidates(seen, self._codes(seen.grams)), SAMPLE_EVERY).items():
+                if i not in found or (m.label == "judge", m.score) > (found[i].label == "judge", found[i].score):
+                    found[i] = m
+        rest = judge - {i for i, m in found.items() if m.label == "judge"}
+        for i, m in self._judge(row, rest, 1).items() if rest else ():
+            if i not in found:
+                found[i] = Match(m.item, m.score, m.required, "stricter", "combined", m.question, m.answer, m.passage)
+        for code in codes:
+            i, kind = divmod(code, 3)
+            if kind == JUDGE or i in found:
+                continue
+            check = self.alone[kind]
+            if check.bound(i, row.distinct) < check.need[i] - EPS:
+                continue
+            share = check.best(i, row.grams)
+            if share >= check.need[i] - EPS:
+                part = "question" if kind == QUESTION_ALONE else "answer"
+                found[i] = Match(self.items[i].ref, share, check.need[i], "stricter", part,
+                                 share if kind == QUESTION_ALONE else 0.0, share if kind == ANSWER_ALONE else None)
+        return list(found.values())
+

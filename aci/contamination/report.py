@@ -1,0 +1,50 @@
+"""What a check finds: a match of one row against one reference item, and the report over a file.
+
+Why apart: every mode (the judge's, the stricter extras, ngram13) reports in these terms, and the tool
+writes them to the manifest; `label` says whether the judge's own algorithm flags the row (`judge`) or
+only our stricter checks do (`stricter`), so an agent knows which rows the judge itself would flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aci.contamination.inputs import RefItem
+
+
+@dataclass
+class Match:
+    item: int  # position of the reference item (its RefItem.index)
+    score: float
+    required: float
+    label: str  # "judge": the judge's algorithm flags it; "stricter": only our extra checks do
+    component: str  # "combined" (the judge's weighted score), "question" or "answer" (alone), "ngram13"
+    question: float = 0.0
+    answer: float | None = None
+    passage: float | None = None
+
+    def as_dict(self, refs: list[RefItem]) -> dict:
+        ref = refs[self.item]
+        out = {"reference": ref.name, "item": ref.index, "line": ref.line, "excerpt": ref.excerpt(),
+               "label": self.label, "component": self.component, "score": round(self.score, 4),
+               "required": round(self.required, 4), "question": round(self.question, 4)}
+        if self.answer is not None:
+            out["answer"] = round(self.answer, 4)
+        if self.passage is not None:
+            out["passage"] = round(self.passage, 4)
+        return out
+
+
+@dataclass
+class Report:
+    mode: str
+    rows: int = 0
+    references: int = 0
+    indexed: int = 0
+    skipped: list[str] = field(default_factory=list)
+    flagged: list[dict] = field(default_factory=list)  # {"row", "line", "id", "label", "score", "matches"}
+
+    @property
+    def judge_flagged(self) -> int:
+        return sum(1 for r in self.flagged if r["label"] == "judge")
+

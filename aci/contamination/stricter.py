@@ -1,0 +1,77 @@
+"""The stricter extras (label `stricter`) and the probe index that keeps every check cheap.
+
+Why: the rule is "never train on test questions or answers", and the judges also read the data and the
+trace, so a few checks go beyond the judge's algorithm:
+- `combined` seeded at every position, not every tenth: the judge's score under any alignment of its
+  samples (a prefix such as "User:" or a dropped system prompt shifts them); run by the index with the
+  judge's own scan.
+- `question`: the question alone, when it has >= 20 tokens and >= 4 unique words: the best IDF share
+  (IDF ln(1 + N / df), so a single-item reference still counts) of its 5-grams in one run of matches
+  (gaps of at most 11 positions), against 1.0 at 20 tokens relaxed to the threshold at 50.
+- `answer`: a worked answer (>= 20 tokens, >= 4 unique words) alone, the same way with its 5-grams.
+These run only where an item could pass: the row's n-grams are looked up once in the probe index, which
+holds, per item and check, just enough of its rarest n-grams that a row holding none of them cannot
+reach the share the check needs (exact pruning, tested against scoring every item).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from aci.contamination.rules import EPS, Q_MAX_MISSES, doc_freq, fewest
+
+# The checks a probe code names: code = 3 * item + check
+JUDGE, QUESTION_ALONE, ANSWER_ALONE = 0, 1, 2
+
+
+class Probe:
+    """n-gram -> the (item, check) pairs for which it is one of the item's rarest: a row holding none of
+    an item's probe n-grams for a check cannot reach the share that check needs."""
+
+    def __init__(self):
+        self.post: dict[tuple, list[int]] = {}
+
+    def add(self, code: int, grams: Iterable[tuple], idf: dict[tuple, float], total: float, need: float) -> None:
+        may_miss = total * (1 - need) + 2 * EPS * total
+        acc = 0.0
+        for g in sorted(grams, key=lambda g: (-idf[g], g)):
+            if idf[g] <= 0:
+                break
+            self.post.setdefault(g, []).append(code)
+            acc += idf[g]
+            if acc > may_miss:
+                break
+
+
+class Alone:
+    """A stricter check: one field of each item alone (question or worked answer), as 5-grams."""
+
+    def __init__(self, sets: dict[int, frozenset], need: dict[int, float], n_refs: int):
+        self.sets, self.need = sets, need
+        df = doc_freq(sets.values())
+        self.idf = {g: math.log(1 + n_refs / d) for g, d in df.items()}
+        self.norm = {i: sum(self.idf[g] for g in s) for i, s in sets.items()}
+        self.fewest = {i: fewest((self.idf[g] for g in s), (need[i] - EPS) * self.norm[i]) for i, s in sets.items()}
+
+    def bound(self, i: int, distinct: set[tuple]) -> float:
+        """The share of item i's n-grams found anywhere in the row: no run can hold more."""
+        found = distinct.intersection(self.sets[i])
+        if len(found) < self.fewest[i] or not self.norm[i]:
+            return 0.0
+        return sum(map(self.idf.__getitem__, found)) / self.norm[i]
+
+    def best(self, i: int, grams: list[tuple]) -> float:
+        """The best share of item i's n-grams within one run of matches (gaps <= Q_MAX_MISSES + 1)."""
+        s, idf = self.sets[i], self.idf
+        best, run, last = 0.0, set(), -Q_MAX_MISSES - 2
+        for p, g in enumerate(grams):
+            if g in s:
+                if p - last > Q_MAX_MISSES:
+                    best = max(best, sum(idf[x] for x in run))
+                    run = set()
+                run.add(g)
+                last = p
+        best = max(best, sum(idf[x] for x in run))
+        return best / self.norm[i] if self.norm[i] else 0.0
+
