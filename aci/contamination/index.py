@@ -163,4 +163,3 @@ class SimpleIndex(JudgeScan):
                 found[i] = Match(self.items[i].ref, share, check.need[i], "stricter", part,
                                  share if kind == QUESTION_ALONE else 0.0, share if kind == ANSWER_ALONE else None)
         return list(found.values())
-

@@ -126,4 +126,3 @@ def reference_items(path: Path, content: bytes | None = None) -> Iterator[RefIte
         dup = json.dumps([row.get("eval_key", ""), fp], sort_keys=True, default=str) if fp else None
         yield RefItem(k, n, str(rid) if isinstance(rid, (str, int)) and rid != "" else None, duplicate_key=dup,
                       **fields)
-

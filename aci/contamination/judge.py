@@ -59,7 +59,6 @@ class Item:
     q_fewest: int = 0  # the fewest question n-grams that can reach q_floor
 
 
-
 class RowView:
     """One row's tokens and the n-gram sets the checks need, each built on first use."""
 
@@ -82,7 +81,6 @@ class RowView:
     def holds(self, seq: list[int]) -> bool:
         n, toks = len(seq), self.toks
         return any(toks[j:j + n] == seq for j in range(len(toks) - n + 1))
-
 
 
 class JudgeScan:
@@ -217,4 +215,3 @@ class JudgeScan:
                 best[i] = Match(it.ref, score, need, label, "combined", q, scores.get("answer"),
                                 scores.get("passage"))
         return best
-

@@ -49,4 +49,3 @@ class LongNgramIndex:
                 hits.setdefault(i, set()).add(g)
         return [Match(self.items[i], len(g) / self.size[i], 0.0, "stricter", "ngram13", len(g) / self.size[i])
                 for i, g in hits.items()]
-

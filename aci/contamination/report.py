@@ -47,4 +47,3 @@ class Report:
     @property
     def judge_flagged(self) -> int:
         return sum(1 for r in self.flagged if r["label"] == "judge")
-

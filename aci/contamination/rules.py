@@ -65,7 +65,6 @@ def doc_freq(sets: Iterable[set]) -> dict[tuple, int]:
     return df
 
 
-
 def field_weights(fields: tuple[str, ...], q_ngrams: int, a_unique: int) -> dict[str, float]:
     """The judge's base weights, with an uninformative question's (and, beside a passage, answer's)
     weight partly handed to the other fields."""
@@ -83,4 +82,3 @@ def field_weights(fields: tuple[str, ...], q_ngrams: int, a_unique: int) -> dict
         other = fields[1]
         return {"question": base["question"] * q_conf, other: base[other] + base["question"] * (1 - q_conf)}
     return dict(base)
-

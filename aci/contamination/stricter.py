@@ -74,4 +74,3 @@ class Alone:
                 last = p
         best = max(best, sum(idf[x] for x in run))
         return best / self.norm[i] if self.norm[i] else 0.0
-

@@ -24,10 +24,15 @@ CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.t
 
 _BLANK = str.maketrans(dict.fromkeys(string.punctuation + "\u201c\u201d\u2018\u2019\u2014", " "))
 
+
+def words(text: str) -> list[str]:
+    """The words of a text as the judge's tool cleans it: lower-cased, its punctuation set to spaces."""
+    return text.lower().translate(_BLANK).split()
+
+
 def clean(text: str) -> str:
     """Lower-case, the judge's punctuation set to spaces, whitespace collapsed ("" when nothing is left)."""
-    return " ".join(text.lower().translate(_BLANK).split())
-
+    return " ".join(words(text))
 
 
 def encoding():
@@ -74,4 +79,3 @@ class Tokens:
                 if word not in self.cache:
                     self.cache[word] = self.enc.encode_ordinary(" " + word)
             return list(chain.from_iterable(map(self.cache.__getitem__, words)))
-
