@@ -7,7 +7,8 @@ phrases hit the index; half on the set's own shapes in the same vocabulary), wit
 reference items (all must be flagged with label `judge`) and 50 near-copies (one number changed). Times
 `aci.contamination.check` (indexing + streaming the training file, including reading and tokenising it)
 in CPU seconds of this process, and reports the peak memory (max RSS). For comparison it also times
-cl100k tokenisation of the same texts alone, the floor of any method that reads every token.
+reading the rows alone (JSON and the row's texts: the floor of any check in this process) and reading
+plus cl100k tokenisation of every row.
 
 `--judge PATH` (the PostTrainBench judge's `contamination_check.py`, kept outside this project; see
 tests/data/contamination_judge/README.md for running it offline) also runs the judge's tool on the same
@@ -131,6 +132,10 @@ def main() -> None:
         enc = C.encoding()
         enc.encode_ordinary("warm up")
         t0 = time.process_time()
+        for _ in C.training_rows(train):
+            pass
+        t_read = time.process_time() - t0
+        t0 = time.process_time()
         tokens = C.Tokens(enc)
         for r in C.training_rows(train):
             tokens(C.clean(r.text))
@@ -149,6 +154,7 @@ def main() -> None:
     print(f"rows={args.rows} references={report.references} indexed={report.indexed}")
     print(f"flagged={len(report.flagged)} judge-labelled={report.judge_flagged} (planted {PLANTED} verbatim copies "
           f"and {PLANTED} near-copies)")
+    print(f"read_only_cpu_s={t_read:.2f} ({args.rows / t_read:,.0f} rows/s)")
     print(f"read_and_tokenize_only_cpu_s={t_tok:.2f} ({args.rows / t_tok:,.0f} rows/s)")
     print(f"check_cpu_s={t_check:.2f}")
     print(f"peak_rss_mb={peak_mb:.0f}")

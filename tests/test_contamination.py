@@ -13,13 +13,15 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aci import contamination as C
 from aci import manifest, registry
-from aci.contamination import text
+from aci.contamination import prefilter, text
+from aci.contamination.prefilter import Prefilter
 from aci.contamination.rules import field_weights
 from aci.contamination.stricter import Alone
 from aci.context import Context
@@ -199,9 +201,30 @@ def test_the_issue_table(tmp_path):
     assert all(names[k]["item"] == cases[k]["item"] for k in judged)
 
 
+def test_the_prefilter_drops_only_rows_that_cannot_be_flagged(monkeypatch, tmp_path):
+    """On every fixture case, the rows the batch prefilter drops are rows the scan does not flag (20 of
+    them flagged only through the text the judge's tool reads of a side field), and most unrelated rows
+    are dropped; a hash that collides on purpose can only keep more rows."""
+    cases = fixture_cases()
+    rows = list(C.training_rows(write_jsonl(tmp_path / "rows.jsonl", [c["row"] for c in cases])))
+    index = C.SimpleIndex(list(C.reference_items(JUDGE / "reference.json")))
+    flagged = {r.index for r in rows if index.scan_row(r)}
+
+    def kept() -> set[int]:
+        return {r.index for r, k in zip(rows, Prefilter(index).keep(rows), strict=True) if k}
+
+    fast = kept()
+    unrelated = {k for k, c in enumerate(cases) if c["kind"] == "unrelated"}
+    side = {k for k in flagged if cases[k]["kind"] == "side-field"}
+    assert flagged <= fast and side and len(unrelated - fast) > 0.9 * len(unrelated)
+    monkeypatch.setattr(prefilter, "hash_grams", lambda cols: sum(cols) % np.uint64(97))
+    colliding = kept()
+    assert fast < colliding
+
+
 def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
-    """Scoring only the items the probe index and the score bounds let through gives the same flags as
-    scoring every item of the reference in every row."""
+    """Scoring only the rows the prefilter keeps and the items the probe index and the score bounds let
+    through gives the same flags as scoring every item of the reference in every row."""
     cases = fixture_cases()[::3]
     rows = write_jsonl(tmp_path / "rows.jsonl", [c["row"] for c in cases])
 
@@ -216,6 +239,7 @@ def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
     monkeypatch.setattr(C.SimpleIndex, "_candidates", lambda self, row, codes: {
         i for i, it in enumerate(self.items) if it.weights and it.q_total > 0})
     monkeypatch.setattr(Alone, "bound", lambda self, i, distinct: 1.0)
+    monkeypatch.setattr(Prefilter, "keep", lambda self, rows: [True] * len(rows))
     original = C.SimpleIndex.__init__
 
     def init(self, *a, **kw):

@@ -15,6 +15,7 @@ One module per concern, so each can be read against the judge's rules on its own
 - `index`: mode `simple`: the reference indexed once, and the scan of each row.
 - `judge`: the judge's scan itself (seeds, clusters, question/answer/passage scores).
 - `stricter`: the stricter extras, and the probe index that prunes exactly.
+- `prefilter`: the same pruning for thousands of rows at once (numpy), before any row is scanned.
 - `ngram13`: mode `ngram13`, any shared 13-word sequence.
 - `report`: matches and the report; `check` below runs a mode over a file.
 
@@ -50,8 +51,7 @@ def check(reference: Iterable[RefItem], rows: Iterable[Row], mode: str = "simple
     report = Report(mode=mode, references=len(refs))
     index = SimpleIndex(refs, threshold, enc) if mode == "simple" else LongNgramIndex(refs)
     report.indexed, report.skipped = len(index), index.skipped
-    for r in rows:
-        matches = index.scan_row(r)
+    for r, matches in index.scan_rows(rows):
         report.rows += 1
         if matches:
             matches.sort(key=lambda m: (m.label != "judge", -m.score, m.item))

@@ -12,7 +12,8 @@ it; a match either reading gives at the judge's bar is labelled `judge`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 
 from aci.contamination.inputs import RefItem, Row
 from aci.contamination.judge import Item, JudgeScan, RowView
@@ -37,6 +38,8 @@ from aci.contamination.rules import (
 )
 from aci.contamination.stricter import ANSWER_ALONE, JUDGE, QUESTION_ALONE, Alone, Probe
 from aci.contamination.text import Tokens, clean, encoding
+
+BATCH = 4096  # rows the prefilter takes at once
 
 
 class SimpleIndex(JudgeScan):
@@ -117,6 +120,17 @@ class SimpleIndex(JudgeScan):
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def scan_rows(self, rows: Iterable[Row]) -> Iterator[tuple[Row, list[Match]]]:
+        """Each row with the items it matches. Rows go through the prefilter a batch at a time, and only
+        those it keeps are scanned: the others cannot be flagged (`prefilter`)."""
+        from aci.contamination.prefilter import Prefilter  # numpy, loaded only when a check runs
+
+        prefilter = Prefilter(self)
+        rows = iter(rows)
+        while batch := list(islice(rows, BATCH)):
+            for r, could in zip(batch, prefilter.keep(batch), strict=True):
+                yield r, self.scan_row(r) if could else []
 
     def _codes(self, grams: list[tuple]) -> set[int]:
         post = self.probe.post

@@ -7,6 +7,8 @@ Why kept: it needs no tokenizer and catches long verbatim copies in any language
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from aci.contamination.inputs import RefItem, Row
 from aci.contamination.report import Match
 from aci.contamination.text import clean
@@ -40,6 +42,9 @@ class LongNgramIndex:
 
     def scan_row(self, r: Row) -> list[Match]:
         return self.scan(clean(r.text).split())
+
+    def scan_rows(self, rows: Iterable[Row]) -> Iterator[tuple[Row, list[Match]]]:
+        return ((r, self.scan_row(r)) for r in rows)
 
     def scan(self, words: list[str]) -> list[Match]:
         hits: dict[int, set] = {}

@@ -1,0 +1,176 @@
+"""Which rows of a batch could be flagged at all: a necessary condition, computed for thousands of rows at
+once with numpy, so that most rows skip the per-row scan in Python.
+
+Why: on a training set in the test items' own style, scanning every row in Python cost about three
+times the reading and tokenising alone (bench/contamination.py), though few rows come near any item.
+
+The condition. `SimpleIndex.scan` flags a row only through an (item, check) pair that the probe index
+finds among the row's 5-grams and whose bound holds: for the judge's check, the IDF share of the item's
+question n-grams found anywhere in the row reaches the item's question floor and, with the answer and
+passage counted as fully found, the weighted score reaches the item's bar (what `JudgeScan._candidates`
+requires, with less counted); for a check alone, the share of its n-grams found anywhere
+(`Alone.bound`). The same pairs and bounds are computed here on 64-bit hashes of the 5-grams: equal
+n-grams have equal hashes, so every n-gram the exact check finds is found here, and a collision can only
+find one more, raising the bound. A row none of whose pairs reaches its bar (lowered by a margin for
+float sums in another order) cannot be flagged; every other row is scanned exactly as before, so the
+verdicts are the same (tested, also with a hash that collides on purpose).
+
+The tokens of a cleaned text are those of its words in order (`text.Tokens`), so each distinct word is
+tokenised once and a batch's tokens are gathered from a table. A row is checked on its texts and, when
+the judge's tool would read text that is not inside them, on that text too.
+"""
+
+from __future__ import annotations
+
+from itertools import chain, repeat
+
+import numpy as np
+
+from aci.contamination.inputs import Row
+from aci.contamination.rules import EPS, Q_N, relaxed
+from aci.contamination.stricter import JUDGE
+from aci.contamination.text import words
+
+MARGIN = 1e-6  # the bars are lowered by this much: float sums here run in another order than the scan's
+WORDS_LIMIT = 1 << 21  # distinct words in the table; it starts over beyond this
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def hash_grams(cols: list[np.ndarray]) -> np.ndarray:
+    """One 64-bit hash per n-gram, from its token columns (uint64 arrays of one length)."""
+    h = cols[0].copy()
+    for c in cols[1:]:
+        h *= _MIX
+        h ^= c
+    return h
+
+
+def _expand(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges [starts, starts + counts): the range each element comes from, and the element."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    first = np.cumsum(counts) - counts
+    return owner, starts[owner] + np.arange(int(counts.sum())) - first[owner]
+
+
+def _in_sorted(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each value is in the sorted array `keys`, and where."""
+    pos = np.searchsorted(keys, values)
+    pos[pos == len(keys)] = 0
+    return keys[pos] == values, pos
+
+
+class Prefilter:
+    """The index's probe codes and bounds as arrays: `keep(rows)` says which rows the scan must see."""
+
+    def __init__(self, index):
+        checks = [(JUDGE, i, it.q_set, index.q_idf, it.q_total, it.q_floor, it.weights["question"],
+                   sum(w for f, w in it.weights.items() if f != "question"), relaxed(it.cum_len, index.threshold))
+                  for i, it in enumerate(index.items) if it.q_total > 0 and it.weights]
+        checks += [(kind, i, s, check.idf, check.norm[i], check.need[i], 1.0, 0.0, check.need[i])
+                   for kind, check in index.alone.items() for i, s in check.sets.items() if check.norm[i] > 0]
+        # Dense ids: n-gram hashes (keys) and the codes the probe can name
+        grams = sorted({g for c in checks for g in c[2]})
+        hashes = hash_grams(list(np.array(grams, dtype=np.uint64).reshape(-1, Q_N).T)) if grams else np.zeros(0, np.uint64)
+        self.keys, key_of = np.unique(hashes, return_inverse=True)
+        key = dict(zip(grams, key_of.tolist(), strict=True))
+        code_of = {3 * c[1] + c[0]: k for k, c in enumerate(checks)}
+        self.n_keys, self.n_codes = len(self.keys), len(checks)
+        # code -> its n-grams' keys and weights; its bars
+        counts = np.array([len(c[2]) for c in checks], np.int64)
+        self.code_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.code_keys = np.array([key[g] for c in checks for g in c[2]], np.int64)
+        self.code_w = np.array([c[3][g] for c in checks for g in c[2]], np.float64)
+        self.norm = np.array([c[4] for c in checks], np.float64)
+        self.floor = np.array([c[5] for c in checks], np.float64) - EPS - MARGIN
+        self.w_q = np.array([c[6] for c in checks], np.float64)
+        self.rest = np.array([c[7] for c in checks], np.float64)
+        self.need = np.array([c[8] for c in checks], np.float64) - EPS - MARGIN
+        # key -> the codes the probe index files under it
+        probe = sorted((key[g], code_of[code]) for g, codes in index.probe.post.items() for code in codes
+                       if code in code_of)
+        self.probe_codes = np.array([c for _, c in probe], np.int64)
+        self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.n_keys + 1))
+        # word -> its tokens in one flat table
+        self.tokens = index.tokens
+        self.word_id: dict[str, int] = {}
+        self.flat = np.zeros(0, np.uint64)
+        self.offset = np.zeros(0, np.int64)
+        self.length = np.zeros(0, np.int64)
+
+    def keep(self, rows: list[Row]) -> list[bool]:
+        """Per row: whether it could be flagged (False: it cannot)."""
+        texts, owner = [], []
+        for k, r in enumerate(rows):
+            texts.append(words(r.text))
+            owner.append(k)
+            if r.tool_text is not None and not r.tool_inside:
+                texts.append(words(r.tool_text))
+                owner.append(k)
+        out = np.zeros(len(rows), bool)
+        out[np.array(owner, np.int64)[self.survivors(texts)]] = True
+        return out.tolist()
+
+    def survivors(self, texts: list[list[str]]) -> np.ndarray:
+        """Per text (its cleaned words): whether some (item, check) pair reaches its bar in it."""
+        n = len(texts)
+        out = np.zeros(n, bool)
+        ids = self._word_ids(list(chain.from_iterable(texts)))
+        lengths = self.length[ids]
+        ends = np.cumsum(lengths)
+        total = int(ends[-1]) if len(ends) else 0
+        if total < Q_N or not self.n_codes:
+            return out
+        _, where = _expand(self.offset[ids], lengths)
+        toks = self.flat[where]
+        word_end = np.cumsum(np.fromiter(map(len, texts), np.int64, n))
+        text_end = np.concatenate([[0], ends])[word_end]
+        tok_text = np.repeat(np.arange(n), np.diff(text_end, prepend=0))
+        m = total - Q_N + 1
+        inside = tok_text[:m] == tok_text[Q_N - 1:]  # n-grams that do not cross into the next text
+        hashes = hash_grams([toks[k:k + m] for k in range(Q_N)])[inside]
+        found, pos = _in_sorted(self.keys, hashes)
+        text, key = tok_text[:m][inside][found], pos[found]  # every (text, key) held, repeats included
+        # (text, code) pairs the probe names
+        src, at = _expand(self.probe_start[key], self.probe_start[key + 1] - self.probe_start[key])
+        pairs = np.unique(text[src] * self.n_codes + self.probe_codes[at])
+        if not len(pairs):
+            return out
+        # the (text, key)s of the texts with a pair, sorted
+        named = np.zeros(n, bool)
+        named[pairs // self.n_codes] = True
+        named = named[text]
+        held = np.unique(text[named] * self.n_keys + key[named])
+        text, code = np.divmod(pairs, self.n_codes)
+        # each pair's share: the weights of the code's n-grams that the text holds
+        src, at = _expand(self.code_start[code], self.code_start[code + 1] - self.code_start[code])
+        hit, _ = _in_sorted(held, text[src] * self.n_keys + self.code_keys[at])
+        share = np.bincount(src, weights=self.code_w[at] * hit, minlength=len(pairs)) / self.norm[code]
+        ok = (share >= self.floor[code]) & (self.w_q[code] * share + self.rest[code] >= self.need[code])
+        out[text[ok]] = True
+        return out
+
+    def _word_ids(self, batch: list[str]) -> np.ndarray:
+        """The table ids of `batch`'s words, adding the words not yet in it."""
+        if len(self.word_id) > WORDS_LIMIT:
+            self.word_id.clear()
+            self.flat, self.offset, self.length = self.flat[:0], self.offset[:0], self.length[:0]
+        ids = np.fromiter(map(self.word_id.get, batch, repeat(-1)), np.int64, len(batch))
+        new = np.flatnonzero(ids < 0)
+        if len(new):
+            toks: list[int] = []
+            offsets, lengths = [], []
+            base = len(self.flat)
+            for k in new.tolist():
+                w = batch[k]
+                j = self.word_id.get(w)
+                if j is None:
+                    j = self.word_id[w] = len(self.offset) + len(offsets)
+                    t = self.tokens(w)
+                    offsets.append(base + len(toks))
+                    lengths.append(len(t))
+                    toks += t
+                ids[k] = j
+            self.flat = np.concatenate([self.flat, np.array(toks, np.uint64)])
+            self.offset = np.concatenate([self.offset, np.array(offsets, np.int64)])
+            self.length = np.concatenate([self.length, np.array(lengths, np.int64)])
+        return ids
