@@ -65,6 +65,17 @@ def _join(parts: list[str]) -> str:
     return " ".join(p if _PLAIN.fullmatch(p) else shlex.quote(p) for p in parts)
 
 
+def _split(command: str) -> list[str]:
+    """The command's arguments as a POSIX shell would split them; an unsplittable or empty one is refused."""
+    try:
+        parts = shlex.split(command)
+    except ValueError as e:
+        raise ACIError(f"eval command cannot be split into arguments ({e}): {command!r}") from None
+    if not parts:
+        raise ACIError("eval command is empty")
+    return parts
+
+
 def translate(typed: str) -> Translation:
     """The eval command as typed -> a template with `{model_path}`, `{limit}` and `{output}`.
 
@@ -73,12 +84,7 @@ def translate(typed: str) -> Translation:
     `{output}`. PostTrainBench's `evaluate.py` also gets `--limit {limit}` and `--json-output-file
     {output}` when they are missing, since its score is read from that file. A template comes back as it
     is, so translating twice changes nothing."""
-    try:
-        parts = shlex.split(typed)
-    except ValueError as e:
-        raise ACIError(f"eval command cannot be split into arguments ({e}): {typed!r}") from None
-    if not parts:
-        raise ACIError("eval command is empty")
+    parts = _split(typed)
     out: list[str] = []
     changes: list[str] = []
     k = 0
@@ -116,12 +122,7 @@ def translate(typed: str) -> Translation:
 
 def argv(template: str, *, model_path: str, limit: int | None, output: Path, seed: int) -> list[str]:
     """The command's argument list for one run."""
-    try:
-        parts = shlex.split(template)
-    except ValueError as e:
-        raise ACIError(f"eval command cannot be split into arguments ({e}): {template!r}") from None
-    if not parts:
-        raise ACIError("eval command is empty")
+    parts = _split(template)
     if "{model_path}" not in template:
         raise ACIError(f"eval command has no {{model_path}} placeholder: {template!r}")
     values = {"{model_path}": model_path, "{output}": str(output), "{seed}": str(seed)}
