@@ -45,7 +45,11 @@ def _trainer(tmp_path: Path, model: Path, *, packing: bool, n: int = 12):
     template = templates.load(cfg.template, tok)
     from transformers import TrainerCallback
 
-    trainer, speed = run.build_trainer(cfg, tok, template, TrainerCallback(), cuda=False,
+    class Callback(TrainerCallback):  # the job's callback without its job folder: progress goes nowhere
+        def preparing(self, what, done=None, total=None):
+            pass
+
+    trainer, speed = run.build_trainer(cfg, tok, template, Callback(), cuda=False,
                                        content=data_path.read_bytes())
     trainer.model.eval()
     return trainer, speed
