@@ -108,10 +108,10 @@ def test_training_keeps_few_checkpoints_and_names_a_full_disk(small_disk, tiny_m
 
 
 @pytest.mark.usefixtures("single_thread")
-def test_promotion_checks_free_space_and_keeps_the_old_model_when_the_disk_fills(small_disk, tiny_model):
+def test_promotion_checks_free_space_and_keeps_the_old_model_when_the_disk_fills(small_disk, tiny_model, monkeypatch):
     workdir = small_disk / "run"
     workdir.mkdir()
-    os.chdir(workdir)
+    monkeypatch.chdir(workdir)  # set up after the disk, so undone before it is unmounted
     init_run(workdir, tiny_model)
     copy_model(tiny_model, workdir / "ck", 0.6)
     copy_model(tiny_model, workdir / "ck2", 0.9)
