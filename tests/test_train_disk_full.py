@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from aci import jobs, records
+from aci import jobs, processes, records
 from aci.errors import ACIError
 from aci.evaluation import swap
 from aci.state import State, read_jsonl
@@ -66,7 +66,7 @@ def _wait_supervisor(state: State, job_id: str, timeout: float = 300) -> jobs.Jo
     while time.monotonic() < end:
         v = jobs.view(state, job_id)
         job = jobs.read_json(jobs.job_dir(state, job_id) / "job.json")
-        if v.status != "running" and not jobs._alive(job.get("supervisor_pid"), job.get("supervisor_start")):
+        if v.status != "running" and not processes.alive(job.get("supervisor_pid"), job.get("supervisor_start")):
             return v
         time.sleep(0.3)
     raise AssertionError(f"job {job_id} still running after {timeout} s")
