@@ -1,16 +1,15 @@
 """Jobs: detached, supervised processes with a folder in state.
 
-`start()` launches `python -m aci.jobs <job dir>` in a new session (so it outlives the MCP server and
-the agent's shell). That supervisor runs the job's command with its output in `log`, waits, and writes
-`exit.json` (with the CPU time and peak memory the job used) and a journal event when the command ends,
-for any reason. Every job, of any kind, has a stop time (`stop_at` in `job.json`; by default where the
-run's final reserve starts, see `Clock.job_stop`): the supervisor sends SIGTERM to the job's process
-group then, and SIGKILL `grace_s` later, so no training, evaluation, server or measurement runs past it
-whatever the job's own code does. The job itself reports progress
-by writing `progress.json` (see `write_progress`). A job whose supervisor vanished without `exit.json`
-(SIGKILL, OOM killer, machine restart) is reported failed, with the tail of its log, and `reap()` records
-that verdict in state so it survives. Processes are recognised by pid *and* start time, so a recycled
-pid never makes a dead job look alive.
+`start()` launches the job's supervisor (`aci.supervisor`) in a new session, so the job outlives the MCP
+server and the agent's shell; the supervisor runs the job's command with its output in `log`, holds it to
+its stop time and records how it ended, for any reason (`exit.json` with the CPU time and peak memory the
+job used, and a journal event). Every job, of any kind, has a stop time (`stop_at` in `job.json`; by
+default where the run's final reserve starts, see `Clock.job_stop`), so no training, evaluation, server
+or measurement runs past it whatever the job's own code does. The job itself reports progress by writing
+`progress.json` (see `write_progress`). A job whose supervisor vanished without `exit.json` (SIGKILL, OOM
+killer, machine restart) is reported failed, with the tail of its log, and `reap()` records that verdict
+in state so it survives. Processes are recognised by pid *and* start time, so a recycled pid never makes
+a dead job look alive.
 
 Folder `jobs/<id>/`: `job.json` (command, config, pids), `config.json` (the resolved config the job
 reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was requested).
@@ -18,14 +17,11 @@ reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import resource
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from datetime import datetime
@@ -34,9 +30,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from aci import disk, records
+from aci import records
 from aci.errors import ACIError
-from aci.state import State, atomic_write_json, fsync_dir, iso, now, parse_ts, read_json
+from aci.processes import alive, signal_group, start_time
+from aci.state import State, atomic_write_json, iso, now, read_json
 
 STOP_GRACE_S = 20.0
 # Seconds between SIGTERM and SIGKILL at a job's stop time: a training job saves a last checkpoint then.
@@ -111,13 +108,13 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         full_env = {**os.environ, **(env or {}), "ACI_JOB_DIR": str(folder), "ACI_STATE": str(state.root),
                     "PYTHONUNBUFFERED": "1"}
         sup = subprocess.Popen(
-            [sys.executable, "-m", "aci.jobs", str(folder)],
+            [sys.executable, "-m", "aci.supervisor", str(folder)],
             cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, env=full_env,
         )
         log.close()
         w.write_json(f"{rel}/job.json", dumped | {
-            "cwd": str(cwd), "supervisor_pid": sup.pid, "supervisor_start": _start_time(sup.pid)})
+            "cwd": str(cwd), "supervisor_pid": sup.pid, "supervisor_start": start_time(sup.pid)})
     return view(state, job_id)
 
 
@@ -131,55 +128,6 @@ def _reserve_exit_record(folder: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     (folder / END_PENDING).touch()
-
-
-def _write_exit_record(folder: Path, ex: dict) -> None:
-    """Write exit.json into the space reserved at launch (then rename it), so it needs no new disk blocks."""
-    data = (json.dumps(ex, indent=2) + "\n").encode()
-    reserve = folder / EXIT_RESERVE
-    if not reserve.exists() or len(data) > reserve.stat().st_size:
-        atomic_write_json(folder / "exit.json", ex)
-        reserve.unlink(missing_ok=True)
-        return
-    with open(reserve, "r+b") as f:
-        f.write(data)
-        f.truncate(len(data))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(reserve, folder / "exit.json")
-    fsync_dir(folder)
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state is [0], start time is [19])."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def _start_time(pid: int) -> int | None:
-    fields = _proc_stat(pid)
-    return int(fields[19]) if fields else None
-
-
-def _alive(pid: int | None, started: int | None = None) -> bool:
-    """Whether `pid` runs and (when `started` is known) is the same process that was recorded."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    fields = _proc_stat(pid)
-    if fields is None:  # no /proc (not Linux): trust the signal check
-        return True
-    if fields[0] in ("Z", "X"):  # a zombie (an unreaped child) is not alive
-        return False
-    return started is None or int(fields[19]) == started
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -212,7 +160,7 @@ def view(state: State, job_id: str) -> JobView:
 
 
 def _running(job: dict) -> bool:
-    return _alive(job.get("supervisor_pid"), job.get("supervisor_start")) or _alive(job.get("pid"), job.get("pid_start"))
+    return alive(job.get("supervisor_pid"), job.get("supervisor_start")) or alive(job.get("pid"), job.get("pid_start"))
 
 
 def _vanished(progress: dict) -> str:
@@ -238,7 +186,7 @@ def reap(state: State) -> list[str]:
         job = read_json(d / "job.json") if (d / "job.json").exists() else None
         if job is not None and (d / "exit.json").exists() and (d / END_PENDING).exists() and not _running(job):
             try:
-                _record_end(state, d, job, read_json(d / "exit.json"), late=True)
+                record_end(state, d, job, read_json(d / "exit.json"), late=True)
             except ACIError:  # still no space: exit.json says how it ended; the event waits for the next look
                 continue
             reaped.append(job["id"])
@@ -251,10 +199,12 @@ def reap(state: State) -> list[str]:
                 if (d / "exit.json").exists():  # the supervisor finished after all: log nothing
                     raise _AlreadyEnded
                 reason = _vanished(read_json(d / "progress.json") or {})
-                w.write_json(f"{records.JOBS}/{job['id']}/exit.json", _exit(None, "failed", reason))
+                w.write_json(f"{records.JOBS}/{job['id']}/exit.json", exit_record(None, "failed", reason))
                 w.track(f"{records.JOBS}/{job['id']}/job.json")  # with the pid its supervisor recorded
         except _AlreadyEnded:
             continue
+        (d / END_PENDING).unlink(missing_ok=True)
+        (d / EXIT_RESERVE).unlink(missing_ok=True)
         reaped.append(job["id"])
     return reaped
 
@@ -264,7 +214,7 @@ def wait(state: State, job_id: str, poll_s: float = 0.1) -> JobView:
     while True:
         v = view(state, job_id)
         job = read_json(job_dir(state, job_id) / "job.json")
-        if v.status != "running" and not _alive(job.get("supervisor_pid"), job.get("supervisor_start")):
+        if v.status != "running" and not alive(job.get("supervisor_pid"), job.get("supervisor_start")):
             return v
         time.sleep(poll_s)
 
@@ -317,28 +267,16 @@ def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:
     if forwarded:
         pid, started = job.get("supervisor_pid"), job.get("supervisor_start")
     deadline = time.monotonic() + grace_s
-    _signal_group(pid, signal.SIGTERM)
-    while time.monotonic() < deadline and _alive(pid, started):
+    signal_group(pid, signal.SIGTERM)
+    while time.monotonic() < deadline and alive(pid, started):
         time.sleep(0.2)
-    if _alive(pid, started) and not forwarded:
-        _signal_group(pid, signal.SIGKILL)
+    if alive(pid, started) and not forwarded:
+        signal_group(pid, signal.SIGKILL)
     end = time.monotonic() + 10
     while time.monotonic() < end and not (folder / "exit.json").exists() and \
-            _alive(job.get("supervisor_pid"), job.get("supervisor_start")):
+            alive(job.get("supervisor_pid"), job.get("supervisor_start")):
         time.sleep(0.1)
     return view(state, job_id)
-
-
-def _signal_group(pid: int | None, sig: int) -> None:
-    if not pid:
-        return
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def write_progress(fields: dict[str, Any], folder: str | Path | None = None) -> None:
@@ -349,79 +287,12 @@ def write_progress(fields: dict[str, Any], folder: str | Path | None = None) -> 
     atomic_write_json(folder / "progress.json", {**fields, "updated_at": iso()})
 
 
-def _exit(rc: int | None, status: str, reason: str | None, **usage) -> dict:
+def exit_record(rc: int | None, status: str, reason: str | None, **usage) -> dict:
     ex = records.JobExit(returncode=rc, status=status, ended_at=now(), reason=reason, **usage)
     return ex.model_dump(mode="json")
 
 
-def _enforce_stop_time(folder: Path, pid: int, stop_at: str, grace_s: float, ended: threading.Event) -> None:
-    """At `stop_at`, record why and SIGTERM the job's group; SIGKILL it `grace_s` later if still running."""
-    if ended.wait(max(0.0, (parse_ts(stop_at) - now()).total_seconds())):
-        return
-    atomic_write_json(folder / "stop", {"requested_at": iso(), "reason": f"reached its stop time {stop_at} (the "
-                                        f"final reserve starts; SIGTERM, SIGKILL after {grace_s:g} s)"})
-    _signal_group(pid, signal.SIGTERM)
-    if not ended.wait(grace_s):
-        _signal_group(pid, signal.SIGKILL)
-
-
-def _supervise(folder: Path) -> int:
-    """Run the job's command, then record how it ended. This process is the job's session leader."""
-    job = read_json(folder / "job.json")
-    state = State(folder.parent.parent)
-    child = subprocess.Popen(job["command"], stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        with state.locked():
-            atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid,
-                                                    "pid_start": _start_time(child.pid)})
-    except OSError as e:  # a full disk: `stop` then signals this supervisor, which forwards to the job
-        _say(f"[aci] could not record the job's pid ({e.strerror})")
-    signal.signal(signal.SIGTERM, lambda *_: _signal_group(child.pid, signal.SIGTERM))
-    ended = threading.Event()
-    if job.get("stop_at"):
-        threading.Thread(target=_enforce_stop_time, daemon=True, args=(
-            folder, child.pid, job["stop_at"], float(job.get("grace_s") or DEFAULT_DEADLINE_GRACE_S), ended)).start()
-    _, raw, usage = os.wait4(child.pid, 0)  # like child.wait(), plus the resources the job used
-    ended.set()
-    rc = child.returncode = os.waitstatus_to_exitcode(raw)
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = usage.ru_utime + usage.ru_stime + own.ru_utime + own.ru_stime
-    stop = read_json(folder / "stop") if (folder / "stop").exists() else None
-    if stop is not None:
-        status, reason = "stopped", stop.get("reason") or "stop requested"
-    elif rc == 0:
-        status, reason = "succeeded", None
-    elif rc < 0:
-        status, reason = "failed", f"killed by signal {signal.Signals(-rc).name}"
-    else:
-        status, reason = "failed", f"exited with code {rc}"
-    if rc == -signal.SIGKILL and status == "failed":
-        reason += f" (the out-of-memory killer sends it too; peak memory {usage.ru_maxrss / 1024:.0f} MB)"
-    if status == "failed":
-        last = [ln for ln in tail(folder / "log", 5).splitlines() if ln.strip()]
-        reason += f": {last[-1][:300]}" if last else ""
-        full = disk.full_note(*[Path(p) for p in (job.get("cwd"), (job.get("config") or {}).get("output_dir"),
-                                                  folder) if p])
-        reason += f" ({full})" if full else ""
-    ex = _exit(rc, status, reason, cpu_s=round(cpu, 2), max_rss_mb=round(usage.ru_maxrss / 1024, 1))
-    _write_exit_record(folder, ex)  # first: if the commit below fails, the job still reads as what it was
-    try:
-        _record_end(state, folder, job, ex)
-    except Exception as e:  # noqa: BLE001 - the end event is retried by reap(); the job's status is in exit.json
-        _say(f"[aci] the end of job {job['id']} is in exit.json but not yet in state ({e}); the next "
-             f"`aci train status` or `aci status` records it")
-    return 0
-
-
-def _say(message: str) -> None:
-    """A line in the job's log, which may be on a full disk: the supervisor must not die of writing it."""
-    try:
-        print(message, flush=True)
-    except OSError:
-        pass
-
-
-def _record_end(state: State, folder: Path, job: dict, ex: dict, late: bool = False) -> None:
+def record_end(state: State, folder: Path, job: dict, ex: dict, late: bool = False) -> None:
     """The job's end event (exit.json, job.json and any stop request committed), then `END_PENDING` goes."""
     note = " (recorded late: the first commit failed)" if late else ""
     with state.event(job["kind"], f"job {job['id']} {ex['status']}{note}", tool=job["kind"],
@@ -430,7 +301,3 @@ def _record_end(state: State, folder: Path, job: dict, ex: dict, late: bool = Fa
             if (folder / name).exists():
                 w.track(f"{records.JOBS}/{job['id']}/{name}")
     (folder / END_PENDING).unlink(missing_ok=True)
-
-
-if __name__ == "__main__":
-    sys.exit(_supervise(Path(sys.argv[1])))

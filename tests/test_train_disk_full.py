@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from aci import jobs, records
+from aci import jobs, processes, records
 from aci.errors import ACIError
 from aci.evaluation import swap
 from aci.state import State, read_jsonl
@@ -66,7 +66,7 @@ def _wait_supervisor(state: State, job_id: str, timeout: float = 300) -> jobs.Jo
     while time.monotonic() < end:
         v = jobs.view(state, job_id)
         job = jobs.read_json(jobs.job_dir(state, job_id) / "job.json")
-        if v.status != "running" and not jobs._alive(job.get("supervisor_pid"), job.get("supervisor_start")):
+        if v.status != "running" and not processes.alive(job.get("supervisor_pid"), job.get("supervisor_start")):
             return v
         time.sleep(0.3)
     raise AssertionError(f"job {job_id} still running after {timeout} s")
@@ -108,10 +108,10 @@ def test_training_keeps_few_checkpoints_and_names_a_full_disk(small_disk, tiny_m
 
 
 @pytest.mark.usefixtures("single_thread")
-def test_promotion_checks_free_space_and_keeps_the_old_model_when_the_disk_fills(small_disk, tiny_model):
+def test_promotion_checks_free_space_and_keeps_the_old_model_when_the_disk_fills(small_disk, tiny_model, monkeypatch):
     workdir = small_disk / "run"
     workdir.mkdir()
-    os.chdir(workdir)
+    monkeypatch.chdir(workdir)  # set up after the disk, so undone before it is unmounted
     init_run(workdir, tiny_model)
     copy_model(tiny_model, workdir / "ck", 0.6)
     copy_model(tiny_model, workdir / "ck2", 0.9)

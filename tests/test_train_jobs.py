@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from aci import jobs, records, registry
+from aci import jobs, processes, records, registry
 from aci.errors import ACIError
 from aci.state import State, now, parse_ts, read_json, read_jsonl
 from tests.train_helpers import FAST, call, ctx_for, make_run, no_stray_jobs, wait  # noqa: F401 (fixture)
@@ -90,9 +90,9 @@ def test_stop_kill_and_restart(tmp_path, tiny_model, monkeypatch):
 
 def test_a_recycled_pid_is_not_mistaken_for_the_job(tmp_path):
     me = os.getpid()
-    assert jobs._alive(me) and jobs._alive(me, jobs._start_time(me))
-    assert not jobs._alive(me, jobs._start_time(me) + 1)  # same pid, another process
-    assert not jobs._alive(None)
+    assert processes.alive(me) and processes.alive(me, processes.start_time(me))
+    assert not processes.alive(me, processes.start_time(me) + 1)  # same pid, another process
+    assert not processes.alive(None)
 
 
 @pytest.mark.usefixtures("no_stray_jobs")
@@ -127,7 +127,7 @@ def test_job_ids_cannot_leave_the_jobs_folder(workdir, tiny_model):
         fake.mkdir()
         (fake / "job.json").write_text(json.dumps({
             "id": "x", "kind": "train", "command": ["sleep"], "started_at": "2030-01-01T00:00:00+00:00",
-            "pid": victim.pid, "pid_start": jobs._start_time(victim.pid)}))
+            "pid": victim.pid, "pid_start": processes.start_time(victim.pid)}))
 
         async def go():
             async with mcp_client(workdir) as c:
@@ -197,3 +197,31 @@ def test_the_supervisor_stops_every_job_kind_at_its_stop_time(workdir, tiny_mode
     assert v.status == "stopped" and "SIGKILL after 1 s" in v.reason and time.monotonic() - started < 30
     assert read_json(c.state.root / records.JOBS / v.id / "exit.json")["returncode"] == -9
     assert _processes_mentioning(str(workdir)) == []
+
+
+def test_a_supervisor_that_fails_takes_its_job_down(tmp_path):
+    """The supervisor starts the job's command before it imports the rest of aci; if it then fails (here on a
+    job.json whose grace period is not a number) it kills the job rather than leave it running unwatched,
+    past any stop time."""
+    import json
+    import sys
+    import time
+
+    folder = tmp_path / "state" / records.JOBS / "serve-x"
+    folder.mkdir(parents=True)
+    (folder / "job.json").write_text(json.dumps({
+        "id": "serve-x", "kind": "serve", "command": [sys.executable, "-c", "import time; time.sleep(600)"],
+        "started_at": "2030-01-01T00:00:00+00:00", "stop_at": "2030-01-01T01:00:00+00:00", "grace_s": "soon"}))
+    with open(tmp_path / "log", "w") as log:  # a file, not a pipe: a job left running would keep a pipe open
+        rc = subprocess.run([sys.executable, "-m", "aci.supervisor", str(folder)], stdout=log, stderr=log,
+                            timeout=120).returncode
+    pid = read_json(folder / "job.json")["pid"]  # recorded before the failure
+    try:
+        out = (tmp_path / "log").read_text()
+        assert rc != 0 and "could not convert string to float: 'soon'" in out, out
+        end = time.monotonic() + 10
+        while processes.alive(pid) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not processes.alive(pid)
+    finally:
+        processes.signal_group(pid, signal.SIGKILL)

@@ -240,7 +240,7 @@ def _generate(c: Checklist, final: Path, tok, prompt: str) -> None:
     from aci.evaluation import isolated
 
     try:
-        out = isolated.run("generate", timeout_s=GENERATE_TIMEOUT_S, folder=str(final), prompt=prompt)
+        out = isolated.run(generate_here, timeout_s=GENERATE_TIMEOUT_S, folder=str(final), prompt=prompt)
     except ACIError as e:
         c.add("generates", False, f"the model does not load or generate with transformers: {e}", PROMOTE_FIX)
         return
@@ -248,7 +248,7 @@ def _generate(c: Checklist, final: Path, tok, prompt: str) -> None:
 
 
 def generate_here(folder: str, prompt: str, max_new_tokens: int = 16) -> dict:
-    """A short greedy reply to `prompt` from the model in `folder` (the `generate` op, run in a child)."""
+    """A short greedy reply to `prompt` from the model in `folder` (run in a child by `_generate`)."""
     from aci.errors import ACIError
 
     try:

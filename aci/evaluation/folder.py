@@ -209,11 +209,11 @@ def fsync_tree(folder: Path) -> None:
 def _merge_lora(adapter: Path, onto: Path, out: Path) -> None:
     from aci.evaluation import isolated
 
-    isolated.run("merge-lora", adapter=str(adapter), onto=str(onto), out=str(out))
+    isolated.run(merge_lora_here, adapter=str(adapter), onto=str(onto), out=str(out))
 
 
 def merge_lora_here(adapter: str, onto: str, out: str) -> dict:
-    """Merge in this process (the `merge-lora` op of `aci.evaluation.isolated`, which callers go through)."""
+    """Merge in this process (`_merge_lora` runs it in a child through `aci.evaluation.isolated`)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -234,7 +234,7 @@ def _resave_bin(source: Path, out: Path) -> None:
     """A checkpoint with only pytorch_model*.bin weights, saved again as safetensors (in a child process)."""
     from aci.evaluation import isolated
 
-    isolated.run("resave", source=str(source), out=str(out))
+    isolated.run(resave_here, source=str(source), out=str(out))
 
 
 def resave_here(source: str, out: str) -> dict:

@@ -1,13 +1,11 @@
 """Model-loading work in a child process that exits, so the memory it takes (GPU memory above all) is given
 back when it ends: the long-lived MCP server never holds a model that a later full fine-tune needs.
 
-`run(op, timeout_s, **args)` starts `python -m aci.evaluation.isolated` with `{"op": ..., "args": ...}` on
-stdin and returns the JSON object the child prints last; a failure in the child comes back as ACIError
-with its message. The child runs in its own session and is killed whole at the timeout. Ops:
-
-* `merge-lora`: merge a LoRA adapter onto its full model and save the result (`folder.merge_lora_here`);
-* `resave`: load a `pytorch_model*.bin` checkpoint and save it as safetensors (`folder.resave_here`);
-* `generate`: load a model folder and write a short greedy reply to a prompt (`checks.generate_here`).
+`run(fn, timeout_s, **args)` starts `python -m aci.evaluation.isolated` with the function's module and
+name and its arguments (JSON) on stdin, and returns the JSON object `fn(**args)` returns in the child; a
+failure in the child comes back as ACIError with its message. The child runs in its own session and is
+killed whole at the timeout. Callers pass their own module-level functions (`folder.merge_lora_here`,
+`folder.resave_here`, `checks.generate_here`); this module imports none of them.
 
 Whole evaluations (dev sets, lm-eval tasks, eval commands) run in an evaluation job instead
 (`aci.evaluation.job`), which is a child process too and is also tracked and held to the clock.
@@ -16,27 +14,25 @@ Whole evaluations (dev sets, lm-eval tasks, eval commands) run in an evaluation 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 
 from aci.errors import ACIError
 
 
-def _ops() -> dict:
-    from aci.evaluation import checks, folder
-
-    return {"merge-lora": folder.merge_lora_here, "resave": folder.resave_here, "generate": checks.generate_here}
-
-
-def run(op: str, timeout_s: float = 3600.0, **args) -> dict:
-    """Run `op(**args)` in a child process and return its result (see the module docstring)."""
+def run(fn: Callable[..., dict | None], timeout_s: float = 3600.0, **args) -> dict:
+    """Run `fn(**args)` in a child process and return its result (see the module docstring)."""
+    op = fn.__name__.removesuffix("_here")  # in messages: merge_lora, resave, generate
+    request = {"module": fn.__module__, "function": fn.__name__, "args": args}
     proc = subprocess.Popen([sys.executable, "-m", "aci.evaluation.isolated"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = proc.communicate(json.dumps({"op": op, "args": args}), timeout=timeout_s)
+        out, err = proc.communicate(json.dumps(request), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise ACIError(f"{op} did not finish within {timeout_s:.0f} s (child process killed)") from None
     finally:
@@ -61,7 +57,8 @@ def main() -> int:
     request = json.loads(sys.stdin.read())
     try:
         with contextlib.redirect_stdout(sys.stderr):  # library output must not mix with the result line
-            result = _ops()[request["op"]](**request["args"])
+            fn = getattr(importlib.import_module(request["module"]), request["function"])
+            result = fn(**request["args"])
     except ACIError as e:
         result = {"error": str(e)}
     print(json.dumps(result or {}), flush=True)

@@ -1,0 +1,53 @@
+"""Processes recognised by pid *and* start time (so a recycled pid never makes a dead job look alive), and
+signals to a job's process group. The standard library alone: the job supervisor uses these before it
+imports anything else (`aci.supervisor`)."""
+
+from __future__ import annotations
+
+import os
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state is [0], start time is [19])."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def alive(pid: int | None, started: int | None = None) -> bool:
+    """Whether `pid` runs and (when `started` is known) is the same process that was recorded."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    fields = _proc_stat(pid)
+    if fields is None:  # no /proc (not Linux): trust the signal check
+        return True
+    if fields[0] in ("Z", "X"):  # a zombie (an unreaped child) is not alive
+        return False
+    return started is None or int(fields[19]) == started
+
+
+def signal_group(pid: int | None, sig: int) -> None:
+    """Signal the process group `pid` leads (a job's command and its children; jobs start in a session of
+    their own), or `pid` alone when it leads none; a process already gone is no error."""
+    if not pid:
+        return
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
