@@ -57,7 +57,8 @@ def guard_stop(cctx: click.Context) -> None:
     """Claude Code `Stop` hook: block stopping before the final reserve, target met or not (then until
     finalize passes, once).
 
-    Reads the hook's JSON on stdin (ignored beyond `stop_hook_active`), prints a decision JSON.
+    Reads the hook's JSON on stdin (`stop_hook_active`, `session_id`, `transcript_path` and, from Claude
+    Code 2.1, `last_assistant_message`), prints a decision JSON.
     """
     from aci.context import Context
     from aci.guard import stop_decision

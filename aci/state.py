@@ -35,6 +35,7 @@ _GITIGNORE = """\
 .lock
 .promote.lock
 *.tmp
+guard.json
 evals/*/*.log
 evals/*/*.responses.jsonl
 jobs/*/log

@@ -88,6 +88,36 @@ def test_a_session_sees_the_tools_and_skills_and_the_stop_hook_keeps_it_working(
     assert "Duplicate hooks file" not in debug and "Plugin loading errors" not in debug  # 2.0.55 logged both
 
 
+@pytest.mark.parametrize("lane", ["current", "harness"])
+def test_a_session_whose_model_api_keeps_failing_ends_before_the_deadline(lane, tmp_path):
+    """After one answer every request fails (HTTP 400). Claude Code 2.0.55, the harness's, ends each failed
+    turn and runs the Stop hook again, about once a second: the guard lets it stop after BLOCK_CAP blocks with
+    nothing done, and journals why. Claude Code 2.1 runs StopFailure hooks instead of Stop after an API error,
+    so there the session ends at once."""
+    from aci import guard
+    from aci.state import State
+
+    wd, home = tmp_path / "work", tmp_path / "home"
+    wd.mkdir()
+    home.mkdir()
+    write_timer(wd, "Remaining time (hours:minutes):\n9:00")
+    registry.call("plan", {"action": "init", "base_model": "m", "benchmark": "b", "profile": "posttrainbench",
+                           "eval_command": eval_command()}, Context(workdir=wd))
+    with RecordingAPI(replies=1) as api:
+        r = agent_clis.run([cli(lane, "claude"), "--plugin-dir", str(ROOT), "--print", "--model", "test-model", "hello"],
+                           home=home, cwd=wd, lane=lane, timeout=180, ANTHROPIC_BASE_URL=api.url,
+                           ANTHROPIC_API_KEY="test-key", PATH=f"{BIN}:{os.environ['PATH']}")
+    assert "API Error: 400" in r.stdout, r.stdout + r.stderr[-2000:]
+    feedback = [b for b in api.main_requests("test-model") if "Do not stop:" in json.dumps(b["messages"][-1])]
+    guarded = [e for e in State(wd / "state").journal() if e["kind"] == "guard"]
+    if lane == "harness":
+        assert len(feedback) <= 2 * guard.BLOCK_CAP, len(feedback)  # 2.0.55 sends a failed request twice
+        assert len(guarded) == 1 and "no tool call or state change" in guarded[0]["message"]
+        assert "API Error: 400" in guarded[0]["message"]
+    else:
+        assert 1 <= len(feedback) <= 2 * guard.BLOCK_CAP and guarded == []
+
+
 def test_registered_mcp_server_answers(tmp_path):
     from mcp import Client, StdioServerParameters
 
@@ -117,6 +147,7 @@ def stop_hook(workdir: Path, payload: dict | None = None) -> tuple[int, str]:
                        "hook_event_name": "Stop", "stop_hook_active": False}
     proc = subprocess.run(["bash", "-c", command], input=json.dumps(hook), capture_output=True, text=True,
                           cwd=workdir, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
     return proc.returncode, proc.stdout.strip()
 
 

@@ -189,6 +189,51 @@ def test_stop_guard_in_final_reserve_asks_for_finalize_once(workdir):
     assert stop_decision(Context(workdir=workdir)) is None
 
 
+def test_stop_guard_lets_a_session_stuck_in_failing_turns_stop(workdir):
+    """Claude Code 2.0.55 after an API error: the turn ends, Stop runs again with stop_hook_active set, and
+    the transcript gains only the error message (its own line format, as recorded from the real CLI)."""
+    from aci import guard
+    from aci.state import State, iso, parse_ts
+
+    _init(workdir, targets=[{"metric": "accuracy", "value": 0.5}])
+    transcript = workdir / "session.jsonl"
+    transcript.write_text('{"type":"user","message":{"role":"user","content":"hello"}}\n')
+
+    def turn(entry: dict | None = None, *, session: str = "s1", active: bool = True):
+        if entry:
+            with transcript.open("a") as f:
+                f.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        return stop_decision(Context(workdir=workdir), {"session_id": session, "transcript_path": str(transcript),
+                                                        "hook_event_name": "Stop", "stop_hook_active": active})
+
+    error = {"type": "assistant", "isApiErrorMessage": True, "error": "unknown", "message": {"role": "assistant",
+             "content": [{"type": "text", "text": "API Error: 400 invalid_request_error"}]}}
+    tool = {"type": "assistant", "message": {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "aci status"}}]}}
+    assert turn(active=False)["decision"] == "block"  # the first stop of the session
+    for _ in range(guard.BLOCK_CAP - 2):
+        assert turn(error)["decision"] == "block"
+    assert turn(tool)["decision"] == "block"  # a tool call is work: the count starts again
+    for _ in range(guard.BLOCK_CAP - 1):
+        assert turn(error)["decision"] == "block"
+    assert turn(session="s2")["decision"] == "block"  # another session starts its own count
+    for _ in range(guard.BLOCK_CAP - 2):
+        assert turn(error, session="s2")["decision"] == "block"
+    with State(workdir / "state").event("observation", "the agent logged something"):
+        pass  # a state change is work too
+    for _ in range(guard.BLOCK_CAP):
+        assert turn(error, session="s2")["decision"] == "block"
+    record = json.loads((workdir / "state" / guard.RECORD).read_text())  # blocks spread wider than the window
+    record["blocks"][0] = iso(parse_ts(record["blocks"][0]) - guard.BLOCK_WINDOW - timedelta(seconds=1))
+    (workdir / "state" / guard.RECORD).write_text(json.dumps(record))
+    assert turn(error, session="s2")["decision"] == "block"
+    assert turn(error, session="s2") is None  # BLOCK_CAP blocks in the window with nothing done: let it stop
+    event = State(workdir / "state").journal()[-1]
+    assert event["kind"] == "guard" and f"{guard.BLOCK_CAP} times" in event["message"]
+    assert "API Error: 400" in event["message"] and not (workdir / "state" / guard.RECORD).exists()
+    assert turn(active=False)["decision"] == "block"  # a later stop starts afresh
+
+
 # The shape of PostTrainBench's template choice in evaluate.py: BFCL names the tool-calling Gemma template.
 _PICK = """def template_for(kind):
     if kind == 'qwen':
