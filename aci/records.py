@@ -48,6 +48,8 @@ class RunCard(Record):
     eval_command: str | None = Field(None, description="with {model_path}, {limit}, {output} placeholders")
     metric_key: str | None = Field(None, description="key of the score in the eval command's JSON")
     template: str | None = Field(None, description="chat template (.jinja) the evaluation renders")
+    grader: str | None = Field(None, description="grader spec (a name, python:mod:fn or JSON) for tasks that name "
+                                                 "none: what the evaluation scores with")
     benchmark_size: int | None = Field(None, ge=1, description="items in the full benchmark")
     budget_hours: float = Field(gt=0)
     started_at: Timestamp

@@ -148,6 +148,10 @@ def check_fields(ctx: Context, card: dict) -> list[str]:
         warnings.append("eval_command has no {output} placeholder: its metrics JSON cannot be read")
     if card.get("template"):
         ctx.path(card["template"], must_exist=True, what="template")
+    if card.get("grader"):
+        from aci.graders import check_spec
+
+        check_spec(card["grader"])
     if card.get("deadline"):
         deadline, note = parse_deadline(str(card["deadline"]))
         card["deadline"] = deadline.isoformat()

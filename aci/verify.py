@@ -89,7 +89,7 @@ class VerifyReport(BaseModel):
     by_subtype: list[SubtypeYield] = Field(default_factory=list, description="yield per sub-type (the records' "
                                                                             "own labels)")
     grader: str | None = Field(None, description="Method B: the grader for tasks that name none")
-    grader_source: str = Field("none", description="where that grader came from: --grader or the benchmark card")
+    grader_source: str = Field("none", description="where that grader came from: --grader, the run card or the benchmark card")
     reasons: dict[str, int] = Field(default_factory=dict, description="rejections per reason")
     examples: dict[str, str] = Field(default_factory=dict, description="first rejection per reason")
     judge_mean: float | None = Field(None, description="Method A: mean judge score over judged answers")
@@ -139,10 +139,13 @@ _FORMAT_GRADERS = ((re.compile(r"(?i)\banswer\s*:"), "final-answer"), (re.compil
 
 
 def card_grader(ctx: Context) -> tuple[str | None, str]:
-    """(grader, where it came from) for tasks that name none when --grader is not given: the benchmark
-    card's `grader`, else the grader its `answer_format` implies (`ANSWER: <code>` -> final-answer)."""
+    """(grader, where it came from) for tasks that name none when --grader is not given: the run card's
+    `grader`, else the benchmark card's, else the grader its `answer_format` implies (`ANSWER: <code>` ->
+    final-answer)."""
     from aci.goal import benchmark_card
 
+    if ctx.card and ctx.card.grader:
+        return ctx.card.grader, "the run card's grader"
     card = benchmark_card(ctx)
     if isinstance(card.get("grader"), str) and card["grader"]:
         return card["grader"], "the benchmark card's grader"

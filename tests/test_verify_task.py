@@ -96,6 +96,21 @@ def test_without_a_grader_tasks_are_rejected_not_guessed(workdir):
     assert out.kept_file == str(workdir / "out" / "k.jsonl") and rows_of(workdir / "out" / "k.jsonl") == []
 
 
+def test_the_run_cards_grader_is_the_default_before_the_benchmark_cards(workdir):
+    ctx = Context(workdir=workdir)
+    registry.call("plan", {"action": "init", "base_model": "base", "benchmark": "toy"}, ctx)
+    registry.call("log-state", {"action": "append", "kind": "benchmark-card", "message": "numbers",
+                                "data": {"answer_format": "the last number"}}, ctx)
+    write_jsonl(workdir / "c.jsonl", [t("a", "math", {"answer": "7"})])
+    out = call(workdir, tasks="c.jsonl")
+    assert (out.grader, out.kept) == ("last-number", 1) and "benchmark card" in out.grader_source
+    with pytest.raises(ACIError, match="unknown grader 'exact'"):
+        registry.call("plan", {"action": "update", "grader": "exact"}, ctx)
+    registry.call("plan", {"action": "update", "grader": "final-answer"}, ctx)
+    out = call(workdir, tasks="c.jsonl")  # gold 7 rendered as `ANSWER: 7`; the corruption scores 0
+    assert (out.grader, out.grader_source, out.kept) == ("final-answer", "the run card's grader", 1)
+
+
 def test_adapted_gsm8k_rows_verify_with_a_default_grader(workdir):
     rows = [{"question": "6 x 7?", "answer": "6*7 = 42\n#### 42"}, {"question": "2 + 2?", "answer": "#### 4"}]
     write_jsonl(workdir / "gsm.jsonl", rows)

@@ -31,7 +31,7 @@ from aci.graders.external import Command, PythonFunction
 from aci.graders.judge import Judge
 from aci.graders.toolcall import ToolCall
 
-__all__ = ["Grader", "Score", "grader_for", "grade", "parse_spec", "NAMES"]
+__all__ = ["Grader", "Score", "grader_for", "grade", "parse_spec", "check_spec", "NAMES"]
 
 _SIMPLE: dict[str, type[Grader]] = {g.name: g for g in (FinalAnswer, LastNumber, Choice, UnitTests, ToolCall, Regex)}
 NAMES = (*_SIMPLE, "python:module:function", "command", "judge")
@@ -53,6 +53,14 @@ def parse_spec(spec: str | dict | None) -> dict[str, Any]:
         raise ACIError(f"grader spec must be a name or an object with `type`, got {spec!r}; names: {', '.join(NAMES)}")
     if spec["type"].startswith("python:"):
         spec = {**spec, "type": "python", "function": spec["type"][len("python:"):]}
+    return spec
+
+
+def check_spec(spec: str | dict) -> dict[str, Any]:
+    """`parse_spec`, refusing a grader type that does not exist (without building the grader)."""
+    spec = parse_spec(spec)
+    if spec["type"] not in (*_SIMPLE, "python", "command", "judge"):
+        raise ACIError(f"unknown grader {spec['type']!r}; known: {', '.join(NAMES)}")
     return spec
 
 

@@ -23,6 +23,9 @@ class PlanInput(ToolInput):
     )
     metric_key: str | None = Field(None, description="key of the score in the eval command's JSON output")
     template: str | None = Field(None, description="chat template .jinja the evaluation renders (default: templates/<family>.jinja)")
+    grader: str | None = Field(None, description="grader for tasks that name none, as the evaluation scores: a name "
+                                                 "(final-answer, last-number, choice, tool-call, unit-tests), "
+                                                 "python:mod:fn or a JSON spec; verify-task's default")
     benchmark_size: int | None = Field(None, ge=1, description="items in the full benchmark (sets the minimum eval samples)")
     budget_hours: float | None = Field(None, gt=0, description="time budget (default from the rules profile)")
     deadline: str | None = Field(None, description="fixed ISO deadline; timer.sh wins when present")
