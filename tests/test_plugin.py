@@ -54,14 +54,20 @@ def write_timer(workdir: Path, text: str) -> None:
     (workdir / "timer.sh").write_text(f"#!/bin/bash\necho {shlex.quote(text)}\n")
 
 
-@pytest.mark.parametrize("lane", ["current", "harness"])
-def test_a_session_sees_the_tools_and_skills_and_the_stop_hook_keeps_it_working(lane, tmp_path):
+def strict_session(tmp_path: Path) -> tuple[Path, Path]:
+    """A work folder with 9 hours on its timer and a posttrainbench run card, and an empty home for the CLI."""
     wd, home = tmp_path / "work", tmp_path / "home"
     wd.mkdir()
     home.mkdir()
     write_timer(wd, "Remaining time (hours:minutes):\n9:00")
     registry.call("plan", {"action": "init", "base_model": "m", "benchmark": "b", "profile": "posttrainbench",
                            "eval_command": eval_command()}, Context(workdir=wd))
+    return wd, home
+
+
+@pytest.mark.parametrize("lane", ["current", "harness"])
+def test_a_session_sees_the_tools_and_skills_and_the_stop_hook_keeps_it_working(lane, tmp_path):
+    wd, home = strict_session(tmp_path)
 
     def time_up(n: int) -> None:  # the hook blocked once; now let the session end
         if n == 2:
@@ -97,12 +103,7 @@ def test_a_session_whose_model_api_keeps_failing_ends_before_the_deadline(lane, 
     from aci import guard
     from aci.state import State
 
-    wd, home = tmp_path / "work", tmp_path / "home"
-    wd.mkdir()
-    home.mkdir()
-    write_timer(wd, "Remaining time (hours:minutes):\n9:00")
-    registry.call("plan", {"action": "init", "base_model": "m", "benchmark": "b", "profile": "posttrainbench",
-                           "eval_command": eval_command()}, Context(workdir=wd))
+    wd, home = strict_session(tmp_path)
     with RecordingAPI(replies=1) as api:
         r = agent_clis.run([cli(lane, "claude"), "--plugin-dir", str(ROOT), "--print", "--model", "test-model", "hello"],
                            home=home, cwd=wd, lane=lane, timeout=180, ANTHROPIC_BASE_URL=api.url,
