@@ -71,7 +71,7 @@ def grader_for(spec: str | dict, *, workdir: Path | None = None,
     `workdir` is where `python:` modules and `command`s are found and run; `check_host(host)` is
     called with a judge endpoint's host before use (pass `lambda h: ctx.rules.check_host(h, judge=True)`).
     """
-    spec = parse_spec(spec)
+    spec = check_spec(spec)
     key = (json.dumps(spec, sort_keys=True, default=str), str(workdir), check_host)
     found = _CACHE.get(key)
     if found is not None:
@@ -83,10 +83,8 @@ def grader_for(spec: str | dict, *, workdir: Path | None = None,
         grader = PythonFunction(spec, workdir)
     elif kind == "command":
         grader = Command(spec, workdir)
-    elif kind == "judge":
+    else:  # "judge": check_spec refused every other type
         grader = Judge(spec, check_host)
-    else:
-        raise ACIError(f"unknown grader {kind!r}; known: {', '.join(NAMES)}")
     if len(_CACHE) >= 64:
         _CACHE.clear()
     _CACHE[key] = grader
