@@ -13,7 +13,11 @@ max length, learning rate and schedule, checkpoints, CPU fp32), rendered with th
 The two alternate `--repeat` times and the best wall time of each counts: other processes on a shared
 machine only ever add time. The last line printed is `ratio=X` (aci / plain; target <= 1.10).
 
-    .venv/bin/python bench/train_overhead.py [--steps 400] [--repeat 3] [--metric wall|cpu]
+`--via mcp` starts `train` through one running `aci serve` instead (how an agent calls it), after one
+untimed `train dry-run` as the train skill has it, so the server has imported transformers once; it
+times wall only (the server's CPU is not this process's child until it exits).
+
+    .venv/bin/python bench/train_overhead.py [--steps 400] [--repeat 3] [--metric wall|cpu] [--via cli|mcp]
 
 `aci train` adds a fixed cost (the CLI's checks: tokenizer, rendering, gates, one git commit; the job
 supervisor; an event per checkpoint), so the ratio falls as the run grows; `overhead_s` prints it.
@@ -22,6 +26,7 @@ supervisor; an event per checkpoint), so the ratio falls as the run grows; `over
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import json
 import os
@@ -31,6 +36,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from aci.processes import alive  # a zombie is not alive: through MCP the supervisor is the server's child
 
 ROOT = Path(__file__).resolve().parent.parent
 ACI = [sys.executable, "-m", "aci.cli"]
@@ -73,14 +80,6 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def run_aci(work: Path, steps: int) -> tuple[float, float]:
     """Wall and CPU seconds: the CLI process, then the detached job (its supervisor reports its CPU)."""
     args = [f"--{k.replace('_', '-')}={v}" for k, v in settings(steps).items()]
@@ -88,18 +87,45 @@ def run_aci(work: Path, steps: int) -> tuple[float, float]:
     out = subprocess.run([*ACI, "--json", "train", "start", "--data", "data.jsonl", *args, "--concurrent"],
                          cwd=work, capture_output=True, text=True, check=True)
     cli_cpu = children_cpu() - c0
-    job = json.loads(out.stdout)["job"]["id"]
+    return _until_job_ends(work, json.loads(out.stdout)["job"]["id"], t0, cli_cpu)
+
+
+def _until_job_ends(work: Path, job: str, t0: float, cli_cpu: float) -> tuple[float, float]:
     exit_file = work / "state" / "jobs" / job / "exit.json"
     while not exit_file.exists():
         time.sleep(0.02)
     wall = time.perf_counter() - t0
     supervisor = json.loads((exit_file.parent / "job.json").read_text())["supervisor_pid"]
-    while _running(supervisor):  # it commits the job's end after exit.json: nothing writes to state after this
+    while alive(supervisor):  # it commits the job's end after exit.json: nothing writes to state after this
         time.sleep(0.02)
     ex = json.loads(exit_file.read_text())
     if ex["status"] != "succeeded":
         raise SystemExit(f"aci job {job} {ex['status']}: see {exit_file.parent / 'log'}")
     return wall, cli_cpu + ex["cpu_s"]
+
+
+async def series_via_mcp(work: Path, steps: int, repeat: int) -> tuple[list, list]:
+    """The runs with `train start` called through one `aci serve` (stdio, the SDK's client)."""
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "aci.cli", "serve"], cwd=str(work),
+                                   env=dict(os.environ))
+    async with Client(params) as client:
+        async def train(args: dict) -> dict:
+            r = await client.call_tool("train", {"data": "data.jsonl", **settings(steps), **args})
+            if r.is_error:
+                raise SystemExit(f"train {args['action']} through MCP failed: {r.content}")
+            return r.structured_content
+
+        await train({"action": "dry-run"})
+        aci, base = [], []
+        for k in range(repeat):
+            base.append(run_plain(work, steps, k))
+            t0 = time.perf_counter()
+            job = (await train({"action": "start", "concurrent": True}))["job"]["id"]
+            aci.append(_until_job_ends(work, job, t0, 0.0))  # CPU: the job's alone
+            say(k, aci, base)
+    return aci, base
 
 
 def run_plain(work: Path, steps: int, k: int) -> tuple[float, float]:
@@ -109,13 +135,21 @@ def run_plain(work: Path, steps: int, k: int) -> tuple[float, float]:
     return time.perf_counter() - t0, children_cpu() - c0
 
 
+def say(k: int, aci: list, base: list) -> None:
+    print(f"run {k + 1}: aci {aci[-1][0]:.2f} s wall {aci[-1][1]:.2f} s CPU, "
+          f"plain TRL {base[-1][0]:.2f} s wall {base[-1][1]:.2f} s CPU", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=400, help="~30 s of plain TRL on an idle 2-core machine")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--metric", choices=["wall", "cpu"], default="wall",
                     help="what ratio= reports; cpu is steadier on a machine shared with other work")
+    ap.add_argument("--via", choices=["cli", "mcp"], default="cli", help="how `train start` is called")
     a = ap.parse_args()
+    if a.via == "mcp" and a.metric == "cpu":
+        ap.error("--via mcp measures wall time only")
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     os.environ.pop("ACI_STATE", None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,17 +160,20 @@ def main() -> None:
         (work / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples()))
         subprocess.run([*ACI, "plan", "init", "--base-model", str(work / "model"), "--benchmark", "bench",
                         "--profile", "default"], cwd=work, check=True, capture_output=True)
-        aci, base = [], []
-        for k in range(a.repeat):
-            base.append(run_plain(work, a.steps, k))
-            aci.append(run_aci(work, a.steps))
-            print(f"run {k + 1}: aci {aci[-1][0]:.2f} s wall {aci[-1][1]:.2f} s CPU, "
-                  f"plain TRL {base[-1][0]:.2f} s wall {base[-1][1]:.2f} s CPU", flush=True)
+        if a.via == "mcp":
+            aci, base = asyncio.run(series_via_mcp(work, a.steps, a.repeat))
+        else:
+            aci, base = [], []
+            for k in range(a.repeat):
+                base.append(run_plain(work, a.steps, k))
+                aci.append(run_aci(work, a.steps))
+                say(k, aci, base)
     wall = min(w for w, _ in aci) / min(w for w, _ in base)
     cpu = min(c for _, c in aci) / min(c for _, c in base)
     print(f"best: aci {min(w for w, _ in aci):.2f} s wall {min(c for _, c in aci):.2f} s CPU; plain TRL "
           f"{min(w for w, _ in base):.2f} s wall {min(c for _, c in base):.2f} s CPU ({a.steps} steps, demo model)")
-    print(f"overhead_s={min(w for w, _ in aci) - min(w for w, _ in base):.2f} wall_ratio={wall:.3f} cpu_ratio={cpu:.3f}")
+    cpu_note = f" cpu_ratio={cpu:.3f}" if a.via == "cli" else " (the job's CPU alone: no cpu_ratio)"
+    print(f"overhead_s={min(w for w, _ in aci) - min(w for w, _ in base):.2f} wall_ratio={wall:.3f}{cpu_note}")
     print(f"ratio={wall if a.metric == 'wall' else cpu:.3f}")
 
 
