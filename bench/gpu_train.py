@@ -85,13 +85,11 @@ def flops_per_token(shape: dict, doc_len: float) -> float:
     return 6 * matmul + 12 * layers * h * hd * doc_len
 
 
-def steady_rate(points: list[tuple[float, float]]) -> float:
-    """Tokens/s between the log points after the first third (start-up and warm-up excluded).
-
-    Two points are enough for a rate; the CPU smoke run's steps can be quicker than the poll below.
-    """
+def steady_rate(points: list[tuple[float, float]], least: int = 3) -> float:
+    """Tokens/s between the log points after the first third (start-up and warm-up excluded), from at
+    least `least` points (the CPU smoke run takes 2: its steps can be quicker than the poll below)."""
     points = sorted(set(points))
-    if len(points) < 2:
+    if len(points) < least:
         raise SystemExit(f"too few progress points to measure a steady rate: {points}")
     a, b = points[len(points) // 3], points[-1]
     return (b[1] - a[1]) / (b[0] - a[0])
@@ -214,7 +212,7 @@ def main() -> int:
             points, checks = got if name == "aci" else (got, None)
             if checks:
                 doc_len = checks["mean_tokens"]
-            rate = steady_rate(points)
+            rate = steady_rate(points, 3 if cuda else 2)
             results[name] = (rate, rate * flops_per_token(shape, doc_len) / peak_flops)
             print(f"{name}: {rate:,.0f} tokens/s, MFU {results[name][1]:.3f} ({time.monotonic() - t:.0f} s)", flush=True)
     print(f"FLOPs/token {flops_per_token(shape, doc_len):.3e} (mean document {doc_len:.0f} tokens), peak "
