@@ -137,7 +137,11 @@ class _Group(click.Group):
             return getattr(importlib.import_module(mod), attr)
         from aci import registry
 
-        return _tool_command(cmd_name) if cmd_name in registry.tools() else None
+        try:
+            registry.get(cmd_name)
+        except ACIError:
+            return None
+        return _tool_command(cmd_name)
 
 
 @click.group(cls=_Group)

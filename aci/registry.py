@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import pkgutil
 import types
 import typing
@@ -192,7 +193,12 @@ def tools() -> dict[str, Tool]:
 
 
 def get(name: str) -> Tool:
-    found = tools().get(name)
+    """One tool, importing first the module named after it (`eval-checkpoint`: `aci.tools.eval_checkpoint`),
+    so a CLI call does not pay for every tool's imports; the others only when that is not where it is."""
+    module = f"aci.tools.{name.replace('-', '_')}"
+    if name not in _REGISTRY and name.replace("-", "_").isidentifier() and importlib.util.find_spec(module):
+        importlib.import_module(module)
+    found = _REGISTRY.get(name) or tools().get(name)
     if found is None:
         raise ACIError(f"unknown tool {name!r}; tools: {', '.join(tools())}")
     return found

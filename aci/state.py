@@ -36,6 +36,7 @@ _GITIGNORE = """\
 .promote.lock
 *.tmp
 guard.json
+checks/
 evals/*/*.log
 evals/*/*.responses.jsonl
 jobs/*/log

@@ -250,3 +250,43 @@ def test_a_first_loss_at_chance_is_named_with_what_it_means(first_loss, vocab, f
     assert (note is not None) == flagged
     if flagged:
         assert f"ln {vocab:,} = {math.log(vocab):.2f}" in note and "2e-05" in note and "tokenizer and template" in note
+
+
+def test_a_start_after_the_dry_run_reuses_its_data_check_until_an_input_changes(tmp_path, tiny_model):
+    """The second check of the same request neither imports transformers (a fresh CLI process) nor renders
+    again; editing the data, the template or the tokenizer's files, or another max_length, checks anew."""
+    make_run(tmp_path, tiny_model, profile="default", contamination=None)
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    subprocess.run([sys.executable, "-m", "aci.cli", "plan", "update", "--base-model", str(model)], cwd=tmp_path,
+                   check=True, capture_output=True)
+    argv = ["train", "dry-run", "--data", "sft.jsonl", "--max-length", "64", "--check-samples", "16", "--max-steps", "2"]
+    probe = ("import atexit, runpy, sys; atexit.register(lambda: print('transformers' in sys.modules, file=sys.stderr)); "
+             f"sys.argv = ['aci', '--json', *{argv!r}]; runpy.run_module('aci.cli', run_name='__main__')")
+
+    def cli() -> tuple[dict, bool]:
+        done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["checks"], done.stderr.strip().endswith("True")
+
+    first, imported = cli()
+    assert "checked_at" not in first and imported
+    again, imported = cli()
+    assert again["checked_at"] and not imported
+    assert {k: again[k] for k in first if k != "estimate"} == {k: first[k] for k in first if k != "estimate"}
+
+    def fresh(**args) -> bool:
+        return "checked_at" not in call(tmp_path, action="dry-run", data="sft.jsonl", **{**FAST, "max_steps": 2, **args}).checks
+
+    assert fresh() is False
+    assert fresh(max_length=48) is True and fresh(max_length=48) is False
+    write_jsonl(tmp_path / "sft.jsonl", sft_rows(17))
+    assert fresh() is True and fresh() is False
+    template = tmp_path / "templates" / "model.jinja"
+    template.write_text(template.read_text() + "\n")
+    assert fresh() is True
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 77}))
+    assert fresh() is True and fresh() is False
+    kept = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path / "state", capture_output=True, text=True)
+    assert kept.stdout == "" and len(list((tmp_path / "state" / "checks").glob("*.json"))) == 5

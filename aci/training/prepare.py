@@ -19,7 +19,7 @@ from aci import jobs, manifest
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
-from aci.training import batch, chance, gates, hardware
+from aci.training import batch, chance, datacheck, gates, hardware
 from aci.training import config as config_mod
 from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
 from aci.training.request import LORA_TARGETS, TrainRequest
@@ -44,7 +44,22 @@ def deepspeed_config(req: TrainRequest, ctx: Context) -> str | None:
     return str(path)
 
 
-def inspect_data(req: TrainRequest, ctx: Context, model_path: str, template_path: Path | None) -> tuple[dict, list[str]]:
+def inspect_data(req: TrainRequest, ctx: Context, model_path: str, template_path: Path | None,
+                 data_sha256: str) -> tuple[dict, list[str]]:
+    """The data check, or an earlier one's result for the same inputs (`datacheck`): a `start` after the
+    dry-run of the same request neither imports transformers nor tokenizes again."""
+    key = datacheck.key(method=req.method, model_path=model_path, template=template_path, data_sha256=data_sha256,
+                        settings={"data": req.data, "max_length": req.max_length, "check_samples": req.check_samples,
+                                  "template_kwargs": req.template_kwargs or {}})
+    kept = datacheck.recall(ctx.state, key)
+    if kept:
+        return kept
+    report, warnings = check_data(req, ctx, model_path, template_path)
+    datacheck.remember(ctx.state, key, report, warnings)
+    return dict(report), warnings
+
+
+def check_data(req: TrainRequest, ctx: Context, model_path: str, template_path: Path | None) -> tuple[dict, list[str]]:
     """Load the tokenizer, render and tokenize the first samples; refuse data that cannot train anything."""
     from aci import templates
     from aci.training import data
@@ -156,7 +171,7 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
     if req.method == "grpo" and completions % req.num_generations:
         raise ACIError(f"grpo: batch_size x grad_accum x num_gpus = {completions} completions must be a multiple "
                        f"of num_generations={req.num_generations}")
-    report, warnings = inspect_data(req, ctx, src.path, template_path)
+    report, warnings = inspect_data(req, ctx, src.path, template_path, data_sha256)
     from aci.training.data import count_rows
 
     rows = count_rows(data_path)
