@@ -3,8 +3,8 @@
 Both sides train the embedded "demo" model on the same samples with the same settings (steps, batch,
 max length, learning rate and schedule, checkpoints, CPU fp32), rendered with the same ChatML template:
 
-* aci: `aci train start` as a fresh CLI process (imports, gates, tokenizer checks, one git commit, job
-  launch) until the job's `exit.json` exists (checkpoints registered in state, progress written); the
+* aci: `aci train start` as a fresh CLI process (imports, gates, one git commit, job launch) until the
+  job's `exit.json` exists (checkpoints registered in state, progress written); the
   next run (and the temporary folder's removal) then waits for the supervisor's last commit, which
   follows `exit.json` (removing the folder under it crashed with `Directory not empty: 'objects'`);
 * plain: `python <this file> --plain` running `SFTTrainer(assistant_only_loss=True)` with the template's
@@ -13,14 +13,16 @@ max length, learning rate and schedule, checkpoints, CPU fp32), rendered with th
 The two alternate `--repeat` times and the best wall time of each counts: other processes on a shared
 machine only ever add time. The last line printed is `ratio=X` (aci / plain; target <= 1.10).
 
-`--via mcp` starts `train` through one running `aci serve` instead (how an agent calls it), after one
-untimed `train dry-run` as the train skill has it, so the server has imported transformers once; it
-times wall only (the server's CPU is not this process's child until it exits).
+Either way one untimed `train dry-run` of the same request comes first, as the train skill has it: it
+renders and tokenizes the data, and `start` reuses that check (`aci.training.datacheck`) instead of
+importing transformers again. `--cold` skips it, so each start checks the data itself. `--via mcp`
+starts `train` through one running `aci serve` instead (how an agent calls it); it times wall only (the
+server's CPU is not this process's child until it exits).
 
-    .venv/bin/python bench/train_overhead.py [--steps 400] [--repeat 3] [--metric wall|cpu] [--via cli|mcp]
+    .venv/bin/python bench/train_overhead.py [--steps 400] [--repeat 3] [--metric wall|cpu] [--via cli|mcp] [--cold]
 
-`aci train` adds a fixed cost (the CLI's checks: tokenizer, rendering, gates, one git commit; the job
-supervisor; an event per checkpoint), so the ratio falls as the run grows; `overhead_s` prints it.
+`aci train` adds a fixed cost (the CLI's start, gates and one git commit; the job supervisor; an event
+per checkpoint), so the ratio falls as the run grows; `overhead_s` prints it.
 """
 
 from __future__ import annotations
@@ -80,9 +82,13 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def cli_args(steps: int) -> list[str]:
+    return [f"--{k.replace('_', '-')}={v}" for k, v in settings(steps).items()]
+
+
 def run_aci(work: Path, steps: int) -> tuple[float, float]:
     """Wall and CPU seconds: the CLI process, then the detached job (its supervisor reports its CPU)."""
-    args = [f"--{k.replace('_', '-')}={v}" for k, v in settings(steps).items()]
+    args = cli_args(steps)
     t0, c0 = time.perf_counter(), children_cpu()
     out = subprocess.run([*ACI, "--json", "train", "start", "--data", "data.jsonl", *args, "--concurrent"],
                          cwd=work, capture_output=True, text=True, check=True)
@@ -104,7 +110,7 @@ def _until_job_ends(work: Path, job: str, t0: float, cli_cpu: float) -> tuple[fl
     return wall, cli_cpu + ex["cpu_s"]
 
 
-async def series_via_mcp(work: Path, steps: int, repeat: int) -> tuple[list, list]:
+async def series_via_mcp(work: Path, steps: int, repeat: int, cold: bool) -> tuple[list, list]:
     """The runs with `train start` called through one `aci serve` (stdio, the SDK's client)."""
     from mcp import Client, StdioServerParameters
 
@@ -117,7 +123,8 @@ async def series_via_mcp(work: Path, steps: int, repeat: int) -> tuple[list, lis
                 raise SystemExit(f"train {args['action']} through MCP failed: {r.content}")
             return r.structured_content
 
-        await train({"action": "dry-run"})
+        if not cold:
+            await train({"action": "dry-run"})
         aci, base = [], []
         for k in range(repeat):
             base.append(run_plain(work, steps, k))
@@ -147,6 +154,7 @@ def main() -> None:
     ap.add_argument("--metric", choices=["wall", "cpu"], default="wall",
                     help="what ratio= reports; cpu is steadier on a machine shared with other work")
     ap.add_argument("--via", choices=["cli", "mcp"], default="cli", help="how `train start` is called")
+    ap.add_argument("--cold", action="store_true", help="no dry-run first: every start checks the data itself")
     a = ap.parse_args()
     if a.via == "mcp" and a.metric == "cpu":
         ap.error("--via mcp measures wall time only")
@@ -161,8 +169,11 @@ def main() -> None:
         subprocess.run([*ACI, "plan", "init", "--base-model", str(work / "model"), "--benchmark", "bench",
                         "--profile", "default"], cwd=work, check=True, capture_output=True)
         if a.via == "mcp":
-            aci, base = asyncio.run(series_via_mcp(work, a.steps, a.repeat))
+            aci, base = asyncio.run(series_via_mcp(work, a.steps, a.repeat, a.cold))
         else:
+            if not a.cold:
+                subprocess.run([*ACI, "train", "dry-run", "--data", "data.jsonl", *cli_args(a.steps)], cwd=work,
+                               check=True, capture_output=True)
             aci, base = [], []
             for k in range(a.repeat):
                 base.append(run_plain(work, a.steps, k))
@@ -171,7 +182,8 @@ def main() -> None:
     wall = min(w for w, _ in aci) / min(w for w, _ in base)
     cpu = min(c for _, c in aci) / min(c for _, c in base)
     print(f"best: aci {min(w for w, _ in aci):.2f} s wall {min(c for _, c in aci):.2f} s CPU; plain TRL "
-          f"{min(w for w, _ in base):.2f} s wall {min(c for _, c in base):.2f} s CPU ({a.steps} steps, demo model)")
+          f"{min(w for w, _ in base):.2f} s wall {min(c for _, c in base):.2f} s CPU ({a.steps} steps, demo model, "
+          f"{'no dry-run first' if a.cold else 'after a dry-run'})")
     cpu_note = f" cpu_ratio={cpu:.3f}" if a.via == "cli" else " (the job's CPU alone: no cpu_ratio)"
     print(f"overhead_s={min(w for w, _ in aci) - min(w for w, _ in base):.2f} wall_ratio={wall:.3f}{cpu_note}")
     print(f"ratio={wall if a.metric == 'wall' else cpu:.3f}")
