@@ -16,32 +16,34 @@ float sums in another order) cannot be flagged; every other row is scanned exact
 verdicts are the same (tested, also with a hash that collides on purpose).
 
 The tokens of a cleaned text are those of its words in order (`text.Tokens`), so each distinct word is
-tokenised once and a batch's tokens are gathered from a table. A row is checked on its texts and, when
+tokenised once and a batch's tokens are gathered from a table (`wordids`: the batch's words as ids
+without a Python string per word); its n-gram hashes are looked up in the keys through `lookup`. A row is checked on its texts and, when
 the judge's tool would read text that is not inside them, on that text too.
 """
 
 from __future__ import annotations
 
-from itertools import chain, repeat
-
 import numpy as np
 
 from aci.contamination.inputs import Row
+from aci.contamination.lookup import SortedHashes
 from aci.contamination.rules import EPS, Q_N, relaxed
 from aci.contamination.stricter import JUDGE
-from aci.contamination.text import words
+from aci.contamination.wordids import WordIds
 
 MARGIN = 1e-6  # the bars are lowered by this much: float sums here run in another order than the scan's
-WORDS_LIMIT = 1 << 21  # distinct words in the table; it starts over beyond this
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def hash_grams(cols: list[np.ndarray]) -> np.ndarray:
-    """One 64-bit hash per n-gram, from its token columns (uint64 arrays of one length)."""
+    """One 64-bit hash per n-gram, from its token columns (uint64 arrays of one length), mixed into its
+    top bits (`lookup` buckets by them)."""
     h = cols[0].copy()
     for c in cols[1:]:
         h *= _MIX
         h ^= c
+    h ^= h >> np.uint64(29)
+    h *= _MIX
     return h
 
 
@@ -71,10 +73,11 @@ class Prefilter:
         # Dense ids: n-gram hashes (keys) and the codes the probe can name
         grams = sorted({g for c in checks for g in c[2]})
         hashes = hash_grams(list(np.array(grams, dtype=np.uint64).reshape(-1, Q_N).T)) if grams else np.zeros(0, np.uint64)
-        self.keys, key_of = np.unique(hashes, return_inverse=True)
+        keys, key_of = np.unique(hashes, return_inverse=True)
+        self.keys = SortedHashes(keys)
         key = dict(zip(grams, key_of.tolist(), strict=True))
         code_of = {3 * c[1] + c[0]: k for k, c in enumerate(checks)}
-        self.n_keys, self.n_codes = len(self.keys), len(checks)
+        self.n_keys, self.n_codes = len(keys), len(checks)
         # code -> its n-grams' keys and weights; its bars
         counts = np.array([len(c[2]) for c in checks], np.int64)
         self.code_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -90,45 +93,40 @@ class Prefilter:
                        if code in code_of)
         self.probe_codes = np.array([c for _, c in probe], np.int64)
         self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.n_keys + 1))
-        # word -> its tokens in one flat table
-        self.tokens = index.tokens
-        self.word_id: dict[str, int] = {}
-        self.flat = np.zeros(0, np.uint64)
-        self.offset = np.zeros(0, np.int64)
-        self.length = np.zeros(0, np.int64)
+        self.words = WordIds(index.tokens)  # word -> its tokens
 
     def keep(self, rows: list[Row]) -> list[bool]:
         """Per row: whether it could be flagged (False: it cannot)."""
         texts, owner = [], []
         for k, r in enumerate(rows):
-            texts.append(words(r.text))
+            texts.append(r.text)
             owner.append(k)
             if r.tool_text is not None and not r.tool_inside:
-                texts.append(words(r.tool_text))
+                texts.append(r.tool_text)
                 owner.append(k)
         out = np.zeros(len(rows), bool)
         out[np.array(owner, np.int64)[self.survivors(texts)]] = True
         return out.tolist()
 
-    def survivors(self, texts: list[list[str]]) -> np.ndarray:
-        """Per text (its cleaned words): whether some (item, check) pair reaches its bar in it."""
+    def survivors(self, texts: list[str]) -> np.ndarray:
+        """Per text: whether some (item, check) pair reaches its bar in it."""
         n = len(texts)
         out = np.zeros(n, bool)
-        ids = self._word_ids(list(chain.from_iterable(texts)))
-        lengths = self.length[ids]
+        ids, per_text = self.words.ids(texts)
+        lengths = self.words.length[ids]
         ends = np.cumsum(lengths)
         total = int(ends[-1]) if len(ends) else 0
         if total < Q_N or not self.n_codes:
             return out
-        _, where = _expand(self.offset[ids], lengths)
-        toks = self.flat[where]
-        word_end = np.cumsum(np.fromiter(map(len, texts), np.int64, n))
+        _, where = _expand(self.words.offset[ids], lengths)
+        toks = self.words.flat[where]
+        word_end = np.cumsum(per_text)
         text_end = np.concatenate([[0], ends])[word_end]
         tok_text = np.repeat(np.arange(n), np.diff(text_end, prepend=0))
         m = total - Q_N + 1
         inside = tok_text[:m] == tok_text[Q_N - 1:]  # n-grams that do not cross into the next text
         hashes = hash_grams([toks[k:k + m] for k in range(Q_N)])[inside]
-        found, pos = _in_sorted(self.keys, hashes)
+        found, pos = self.keys.find(hashes)
         text, key = tok_text[:m][inside][found], pos[found]  # every (text, key) held, repeats included
         # (text, code) pairs the probe names
         src, at = _expand(self.probe_start[key], self.probe_start[key + 1] - self.probe_start[key])
@@ -148,29 +146,3 @@ class Prefilter:
         ok = (share >= self.floor[code]) & (self.w_q[code] * share + self.rest[code] >= self.need[code])
         out[text[ok]] = True
         return out
-
-    def _word_ids(self, batch: list[str]) -> np.ndarray:
-        """The table ids of `batch`'s words, adding the words not yet in it."""
-        if len(self.word_id) > WORDS_LIMIT:
-            self.word_id.clear()
-            self.flat, self.offset, self.length = self.flat[:0], self.offset[:0], self.length[:0]
-        ids = np.fromiter(map(self.word_id.get, batch, repeat(-1)), np.int64, len(batch))
-        new = np.flatnonzero(ids < 0)
-        if len(new):
-            toks: list[int] = []
-            offsets, lengths = [], []
-            base = len(self.flat)
-            for k in new.tolist():
-                w = batch[k]
-                j = self.word_id.get(w)
-                if j is None:
-                    j = self.word_id[w] = len(self.offset) + len(offsets)
-                    t = self.tokens(w)
-                    offsets.append(base + len(toks))
-                    lengths.append(len(t))
-                    toks += t
-                ids[k] = j
-            self.flat = np.concatenate([self.flat, np.array(toks, np.uint64)])
-            self.offset = np.concatenate([self.offset, np.array(offsets, np.int64)])
-            self.length = np.concatenate([self.length, np.array(lengths, np.int64)])
-        return ids
