@@ -265,11 +265,11 @@ def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
 
     fast = run()
     every: list[int] = []
-    monkeypatch.setattr(C.SimpleIndex, "_codes", lambda self, grams: every)
+    monkeypatch.setattr(C.SimpleIndex, "_codes", lambda self, grams, allowed=None: every)
     monkeypatch.setattr(C.SimpleIndex, "_candidates", lambda self, row, codes: {
         i for i, it in enumerate(self.items) if it.weights and it.q_total > 0})
     monkeypatch.setattr(Alone, "bound", lambda self, i, distinct: 1.0)
-    monkeypatch.setattr(Prefilter, "keep", lambda self, rows: [True] * len(rows))
+    monkeypatch.setattr(Prefilter, "keep", lambda self, rows: [set(every)] * len(rows))
     original = C.SimpleIndex.__init__
 
     def init(self, *a, **kw):

@@ -77,6 +77,7 @@ class Prefilter:
         self.keys = SortedHashes(keys)
         key = dict(zip(grams, key_of.tolist(), strict=True))
         code_of = {3 * c[1] + c[0]: k for k, c in enumerate(checks)}
+        self.probe_code = [3 * c[1] + c[0] for c in checks]  # dense code -> the probe's code
         self.n_keys, self.n_codes = len(keys), len(checks)
         # code -> its n-grams' keys and weights; its bars
         counts = np.array([len(c[2]) for c in checks], np.int64)
@@ -95,8 +96,9 @@ class Prefilter:
         self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.n_keys + 1))
         self.words = WordIds(index.tokens)  # word -> its tokens
 
-    def keep(self, rows: list[Row]) -> list[bool]:
-        """Per row: whether it could be flagged (False: it cannot)."""
+    def keep(self, rows: list[Row]) -> list[set[int] | None]:
+        """Per row: None when it cannot be flagged, else the probe codes (3 * item + check) whose bars its
+        texts reach, the only ones the scan can flag it by."""
         texts, owner = [], []
         for k, r in enumerate(rows):
             texts.append(r.text)
@@ -104,14 +106,19 @@ class Prefilter:
             if r.tool_text is not None and not r.tool_inside:
                 texts.append(r.tool_text)
                 owner.append(k)
-        out = np.zeros(len(rows), bool)
-        out[np.array(owner, np.int64)[self.survivors(texts)]] = True
-        return out.tolist()
+        out: list[set[int] | None] = [None] * len(rows)
+        text, code = self.survivors(texts)
+        for t, c in zip(text.tolist(), code.tolist(), strict=True):
+            k = owner[t]
+            if out[k] is None:
+                out[k] = set()
+            out[k].add(self.probe_code[c])
+        return out
 
-    def survivors(self, texts: list[str]) -> np.ndarray:
-        """Per text: whether some (item, check) pair reaches its bar in it."""
+    def survivors(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The (text, dense code) pairs whose bar the text reaches."""
         n = len(texts)
-        out = np.zeros(n, bool)
+        out = np.zeros(0, np.int64), np.zeros(0, np.int64)
         ids, per_text = self.words.ids(texts)
         lengths = self.words.length[ids]
         ends = np.cumsum(lengths)
@@ -144,5 +151,4 @@ class Prefilter:
         hit, _ = _in_sorted(held, text[src] * self.n_keys + self.code_keys[at])
         share = np.bincount(src, weights=self.code_w[at] * hit, minlength=len(pairs)) / self.norm[code]
         ok = (share >= self.floor[code]) & (self.w_q[code] * share + self.rest[code] >= self.need[code])
-        out[text[ok]] = True
-        return out
+        return text[ok], code[ok]
