@@ -140,11 +140,11 @@ class Prefilter:
         pairs = np.unique(text[src] * self.n_codes + self.probe_codes[at])
         if not len(pairs):
             return out
-        # the (text, key)s of the texts with a pair, sorted
+        # the (text, key)s of the texts with a pair, sorted (repeats kept: only membership is asked)
         named = np.zeros(n, bool)
         named[pairs // self.n_codes] = True
         named = named[text]
-        held = np.unique(text[named] * self.n_keys + key[named])
+        held = np.sort(text[named] * self.n_keys + key[named])
         text, code = np.divmod(pairs, self.n_codes)
         # each pair's share: the weights of the code's n-grams that the text holds
         src, at = _expand(self.code_start[code], self.code_start[code + 1] - self.code_start[code])

@@ -38,13 +38,19 @@ def hash_words(lo: np.ndarray, hi: np.ndarray, length: np.ndarray) -> np.ndarray
 
 
 def split(texts: list[str]) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
-    """The batch's cleaned words as one byte string (texts joined by spaces): the start and end of each
-    word in it, and how many words each text has."""
-    parts = [t.encode() if t.isascii() else clean(t).encode() for t in texts]
-    blob = b" ".join(parts).translate(_CLEAN)
-    room = np.fromiter(map(len, parts), np.int64, len(parts)) + 1  # each text and the space after it
-    text_start = np.cumsum(room) - room
-    edges = np.flatnonzero(np.diff((np.frombuffer(blob, np.uint8) != 32).view(np.int8), prepend=0, append=0))
+    """The batch's cleaned words as one byte string (texts joined by spaces, one space around all): the
+    start and end of each word in it, and how many words each text has."""
+    joined = " ".join(texts)
+    if joined.isascii():  # the usual batch: one encode, and a text's bytes are its characters
+        blob, sizes = joined.encode(), map(len, texts)
+    else:
+        parts = [t.encode() if t.isascii() else clean(t).encode() for t in texts]
+        blob, sizes = b" ".join(parts), map(len, parts)
+    blob = b" " + blob.translate(_CLEAN) + b" "
+    room = np.fromiter(sizes, np.int64, len(texts)) + 1  # each text and the space after it
+    text_start = np.cumsum(room) - room + 1
+    word = np.frombuffer(blob, np.uint8) != 32
+    edges = np.flatnonzero(word[1:] != word[:-1]) + 1  # a word's first byte, the space after a word
     starts, ends = edges[0::2], edges[1::2]
     return blob, starts, ends, np.diff(np.searchsorted(starts, text_start), append=len(starts))
 
@@ -61,9 +67,10 @@ class WordIds:
         self.flat = np.zeros(0, np.uint64)
         self.offset = np.zeros(0, np.int64)
         self.length = np.zeros(0, np.int64)
-        # the packed table: sorted by hash, with each entry's packed bytes, length and id
-        self.t_lo, self.t_hi = np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-        self.t_len, self.t_id = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        # the packed table: sorted by hash, with each entry's packed bytes, length and id, and a last
+        # entry (length -1) that no word equals
+        self.t_lo, self.t_hi = np.zeros(1, np.uint64), np.zeros(1, np.uint64)
+        self.t_len, self.t_id = np.full(1, -1, np.int64), np.full(1, -1, np.int64)
         self.table = SortedHashes(np.zeros(0, np.uint64))
 
     def ids(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -75,13 +82,15 @@ class WordIds:
         padded = np.frombuffer(blob + bytes(WIDTH), np.uint8)
         view = np.ndarray((len(padded) - 7,), "<u8", padded, strides=(1,))  # 8 bytes from each position
         lo = view[starts] & _MASK[np.minimum(length, 8)]
-        hi = view[starts + 8] & _MASK[np.clip(length - 8, 0, 8)]
+        hi = np.zeros(len(starts), np.uint64)
+        long = np.flatnonzero(length > 8)
+        hi[long] = view[starts[long] + 8] & _MASK[np.minimum(length[long] - 8, 8)]
         h = hash_words(lo, hi, length.astype(np.uint64))
-        ids = np.full(len(h), -1, np.int64)
-        ok, pos = self.table.find(h)
-        ok[ok] = (self.t_lo[pos[ok]] == lo[ok]) & (self.t_hi[pos[ok]] == hi[ok]) & (self.t_len[pos[ok]] == length[ok])
-        ids[ok] = self.t_id[pos[ok]]
-        rest = np.flatnonzero(ids < 0)
+        # The entry at pos is the word exactly when its bytes and length are equal, whatever pos is
+        _, pos = self.table.find(h)
+        ok = (self.t_len[pos] == length) & (self.t_lo[pos] == lo) & (self.t_hi[pos] == hi)
+        ids = np.where(ok, self.t_id[pos], -1)
+        rest = np.flatnonzero(~ok)
         if len(rest):
             self._add(blob, starts, ends, rest, ids, (h, lo, hi, length))
         return ids, per_text
