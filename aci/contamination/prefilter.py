@@ -6,12 +6,13 @@ times the reading and tokenising alone (bench/contamination.py), though few rows
 
 The condition. `SimpleIndex.scan` flags a row only through an (item, check) pair that the probe index
 finds among the row's 5-grams and whose bound holds: for the judge's check, the IDF share of the item's
-question n-grams found anywhere in the row reaches the item's question floor and, with the answer and
-passage counted as fully found, the weighted score reaches the item's bar (what `JudgeScan._candidates`
-requires, with less counted); for a check alone, the share of its n-grams found anywhere
-(`Alone.bound`). The same pairs and bounds are computed here on 64-bit hashes of the 5-grams: equal
-n-grams have equal hashes, so every n-gram the exact check finds is found here, and a collision can only
-find one more, raising the bound. A row none of whose pairs reaches its bar (lowered by a margin for
+question n-grams found anywhere in the row reaches the item's question floor and, with a long answer
+counted by the IDF share of its 3-grams found anywhere in the row and the passage (or a short answer)
+counted as fully found, the weighted score reaches the item's bar (what `JudgeScan._candidates`
+requires, with the passage and short answer counted as found); for a check alone, the share of its
+n-grams found anywhere (`Alone.bound`). The same pairs and bounds are computed here on 64-bit hashes of
+the n-grams: equal n-grams have equal hashes, so every n-gram the exact check finds is found here, and a
+collision can only find one more, raising the bound. A row none of whose pairs reaches its bar (lowered by a margin for
 float sums in another order) cannot be flagged; every other row is scanned exactly as before, so the
 verdicts are the same (tested, also with a hash that collides on purpose).
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from aci.contamination.inputs import Row
 from aci.contamination.lookup import SortedHashes
-from aci.contamination.rules import EPS, Q_N, relaxed
+from aci.contamination.rules import A_N, EPS, Q_N, relaxed
 from aci.contamination.stricter import JUDGE
 from aci.contamination.wordids import WordIds
 
@@ -61,6 +62,30 @@ def _in_sorted(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.nda
     return keys[pos] == values, pos
 
 
+class Grams:
+    """n-grams of one length as dense keys (their hashes, deduplicated) and, per dense code, its n-gram
+    set as keys with their IDF weights."""
+
+    def __init__(self, n: int, sets: list, idfs: list):
+        self.n = n
+        grams = sorted({g for s in sets for g in s})
+        hashes = hash_grams(list(np.array(grams, np.uint64).reshape(-1, n).T)) if grams else np.zeros(0, np.uint64)
+        keys, key_of = np.unique(hashes, return_inverse=True)
+        self.keys, self.n_keys = SortedHashes(keys), len(keys)
+        self.key = dict(zip(grams, key_of.tolist(), strict=True))
+        counts = np.array([len(s) for s in sets], np.int64)
+        self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.code_keys = np.array([self.key[g] for s in sets for g in s], np.int64)
+        self.code_w = np.array([idf[g] for s, idf in zip(sets, idfs, strict=True) for g in s], np.float64)
+
+    def shares(self, held: np.ndarray, text: np.ndarray, code: np.ndarray) -> np.ndarray:
+        """Per (text, code) pair: the weight of the code's n-grams that the text holds (`held`: the sorted
+        text * n_keys + key of every n-gram held)."""
+        src, at = _expand(self.start[code], self.start[code + 1] - self.start[code])
+        hit, _ = _in_sorted(held, text[src] * self.n_keys + self.code_keys[at])
+        return np.bincount(src, weights=self.code_w[at] * hit, minlength=len(code))
+
+
 class Prefilter:
     """The index's probe codes and bounds as arrays: `keep(rows)` says which rows the scan must see."""
 
@@ -68,32 +93,33 @@ class Prefilter:
         checks = [(JUDGE, i, it.q_set, index.q_idf, it.q_total, it.q_floor, it.weights["question"],
                    sum(w for f, w in it.weights.items() if f != "question"), relaxed(it.cum_len, index.threshold))
                   for i, it in enumerate(index.items) if it.q_total > 0 and it.weights]
+        # judge codes whose answer share is bounded here too (a long answer: its 3-grams' IDF share)
+        answer = [index.items[c[1]] for c in checks]
+        answer = [it if "answer" in it.weights and not it.a_short and it.a_total > 0 else None for it in answer]
         checks += [(kind, i, s, check.idf, check.norm[i], check.need[i], 1.0, 0.0, check.need[i])
                    for kind, check in index.alone.items() for i, s in check.sets.items() if check.norm[i] > 0]
-        # Dense ids: n-gram hashes (keys) and the codes the probe can name
-        grams = sorted({g for c in checks for g in c[2]})
-        hashes = hash_grams(list(np.array(grams, dtype=np.uint64).reshape(-1, Q_N).T)) if grams else np.zeros(0, np.uint64)
-        keys, key_of = np.unique(hashes, return_inverse=True)
-        self.keys = SortedHashes(keys)
-        key = dict(zip(grams, key_of.tolist(), strict=True))
+        answer += [None] * (len(checks) - len(answer))
+        self.q = Grams(Q_N, [c[2] for c in checks], [c[3] for c in checks])
+        self.a = Grams(A_N, [it.a_set if it else frozenset() for it in answer], [index.a_idf] * len(checks))
         code_of = {3 * c[1] + c[0]: k for k, c in enumerate(checks)}
         self.probe_code = [3 * c[1] + c[0] for c in checks]  # dense code -> the probe's code
-        self.n_keys, self.n_codes = len(keys), len(checks)
-        # code -> its n-grams' keys and weights; its bars
-        counts = np.array([len(c[2]) for c in checks], np.int64)
-        self.code_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.code_keys = np.array([key[g] for c in checks for g in c[2]], np.int64)
-        self.code_w = np.array([c[3][g] for c in checks for g in c[2]], np.float64)
+        self.n_codes = len(checks)
+        # each code's bars
         self.norm = np.array([c[4] for c in checks], np.float64)
         self.floor = np.array([c[5] for c in checks], np.float64) - EPS - MARGIN
         self.w_q = np.array([c[6] for c in checks], np.float64)
         self.rest = np.array([c[7] for c in checks], np.float64)
         self.need = np.array([c[8] for c in checks], np.float64) - EPS - MARGIN
+        self.tracked = np.array([it is not None for it in answer], bool)
+        self.w_a = np.array([it.weights["answer"] if it else 0.0 for it in answer], np.float64)
+        self.a_total = np.array([it.a_total if it else 1.0 for it in answer], np.float64)
+        self.rest_a = np.array([sum(w for f, w in it.weights.items() if f not in ("question", "answer")) if it
+                                else 0.0 for it in answer], np.float64)
         # key -> the codes the probe index files under it
-        probe = sorted((key[g], code_of[code]) for g, codes in index.probe.post.items() for code in codes
+        probe = sorted((self.q.key[g], code_of[code]) for g, codes in index.probe.post.items() for code in codes
                        if code in code_of)
         self.probe_codes = np.array([c for _, c in probe], np.int64)
-        self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.n_keys + 1))
+        self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.q.n_keys + 1))
         self.words = WordIds(index.tokens)  # word -> its tokens
 
     def keep(self, rows: list[Row]) -> list[set[int] | None]:
@@ -133,7 +159,7 @@ class Prefilter:
         m = total - Q_N + 1
         inside = tok_text[:m] == tok_text[Q_N - 1:]  # n-grams that do not cross into the next text
         hashes = hash_grams([toks[k:k + m] for k in range(Q_N)])[inside]
-        found, pos = self.keys.find(hashes)
+        found, pos = self.q.keys.find(hashes)
         text, key = tok_text[:m][inside][found], pos[found]  # every (text, key) held, repeats included
         # (text, code) pairs the probe names
         src, at = _expand(self.probe_start[key], self.probe_start[key + 1] - self.probe_start[key])
@@ -144,11 +170,24 @@ class Prefilter:
         named = np.zeros(n, bool)
         named[pairs // self.n_codes] = True
         named = named[text]
-        held = np.sort(text[named] * self.n_keys + key[named])
+        held = np.sort(text[named] * self.q.n_keys + key[named])
         text, code = np.divmod(pairs, self.n_codes)
         # each pair's share: the weights of the code's n-grams that the text holds
-        src, at = _expand(self.code_start[code], self.code_start[code + 1] - self.code_start[code])
-        hit, _ = _in_sorted(held, text[src] * self.n_keys + self.code_keys[at])
-        share = np.bincount(src, weights=self.code_w[at] * hit, minlength=len(pairs)) / self.norm[code]
+        share = self.q.shares(held, text, code) / self.norm[code]
         ok = (share >= self.floor[code]) & (self.w_q[code] * share + self.rest[code] >= self.need[code])
+        # a long answer counts with its 3-grams' share in place of in full
+        t = np.flatnonzero(ok & self.tracked[code])
+        if len(t):
+            answer = self.answer_shares(toks, tok_text, text[t], code[t])
+            ok[t] = self.w_q[code[t]] * share[t] + self.w_a[code[t]] * answer + self.rest_a[code[t]] >= self.need[code[t]]
         return text[ok], code[ok]
+
+    def answer_shares(self, toks, tok_text, text, code) -> np.ndarray:
+        """Per (text, code) pair: the IDF share of the code's answer 3-grams found anywhere in the text."""
+        chosen = np.zeros(tok_text[-1] + 1, bool)
+        chosen[text] = True
+        at = np.flatnonzero(chosen[tok_text[:len(toks) - A_N + 1]])
+        at = at[tok_text[at] == tok_text[at + A_N - 1]]  # 3-grams that do not cross into the next text
+        found, pos = self.a.keys.find(hash_grams([toks[at + k] for k in range(A_N)]))
+        held = np.sort(tok_text[at[found]] * self.a.n_keys + pos[found])
+        return self.a.shares(held, text, code) / self.a_total[code]
