@@ -39,6 +39,7 @@ from aci.contamination.rules import (
 from aci.contamination.stricter import ANSWER_ALONE, JUDGE, QUESTION_ALONE, Alone, Probe
 from aci.contamination.text import Tokens, clean, encoding
 
+SURE = 1e-6  # a best share this far above its bar is above it in every order of summing
 BATCH = 1024  # rows the prefilter takes at once: its arrays stay a few MB, reused by the allocator (at 4096
 # they were returned to the system and faulted in again each batch, 0.3 CPU-s per 100,000 rows)
 
@@ -175,10 +176,11 @@ class SimpleIndex(JudgeScan):
             if kind == JUDGE or i in found:
                 continue
             check = self.alone[kind]
-            if check.bound(i, row.distinct) < check.need[i] - EPS:
-                continue
             share = check.best(i, row.grams)
-            if share >= check.need[i] - EPS:
+            bar = check.need[i] - EPS
+            # The bound (never less than the best share, but summed in another order) decides only a
+            # share at its bar: one clearly above it leaves the bound above it too
+            if share >= bar and (share >= bar + SURE or check.bound(i, row.distinct) >= bar):
                 part = "question" if kind == QUESTION_ALONE else "answer"
                 found[i] = Match(self.items[i].ref, share, check.need[i], "stricter", part,
                                  share if kind == QUESTION_ALONE else 0.0, share if kind == ANSWER_ALONE else None)
