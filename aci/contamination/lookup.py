@@ -1,10 +1,10 @@
 """Where millions of 64-bit hashes are in a sorted table, at about one gather each.
 
 Why: `np.searchsorted` of five million n-gram hashes into the prefilter's keys was its costliest step
-(a binary search per value, each step a cache miss). Here the keys' top bits index buckets (about eight
-buckets per key, the hashes being mixed into their top bits), so a value is first compared with the one
-key its bucket starts with; only a value that is not that key, in a bucket holding more than one key, is
-searched for in full. The answer is the same as a binary search's, only found sooner.
+(a binary search per value, each step a cache miss). Here the keys' top bits index buckets (eight to
+sixteen buckets per key, at most 2^22; the hashes are mixed into their top bits), so a value is first
+compared with the one key its bucket starts with; only a value that is not that key, in a bucket holding
+more than one key, is searched for in full. The answer is the same as a binary search's, only sooner.
 """
 
 from __future__ import annotations
