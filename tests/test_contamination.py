@@ -252,6 +252,22 @@ def test_the_prefilter_drops_only_rows_that_cannot_be_flagged(monkeypatch, tmp_p
     assert fast < colliding
 
 
+def test_a_question_alone_whose_long_answer_is_nowhere_in_the_batch(tmp_path):
+    """The prefilter bounds a long answer by its 3-grams in the text; a batch holding none of them at
+    all is read as holding none, and the verdicts are the scan's."""
+    question = ("A farmer has 17 cows and buys 5 more every week for the next 6 weeks before selling a "
+                "third of the herd at the county fair. How many cows remain on the farm?")
+    ref = write_jsonl(tmp_path / "ref.jsonl", [
+        {"question": question, "answer": "Seventeen plus thirty equals forty seven; removing one part leaves thirty two."},
+        {"question": "Which planet in the solar system has the most moons known to astronomers today?",
+         "answer": "Saturn has the most moons that astronomers have confirmed so far."}])
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"text": question}, {"text": "Unrelated words."}])
+    index = C.SimpleIndex(list(C.reference_items(ref)))
+    scanned = [bool(index.scan_row(r)) for r in C.training_rows(rows)]
+    report = C.check(C.reference_items(ref), C.training_rows(rows))
+    assert [k in {f["row"] for f in report.flagged} for k in range(2)] == scanned == [True, False]
+
+
 def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
     """Scoring only the rows the prefilter keeps and the items the probe index and the score bounds let
     through gives the same flags as scoring every item of the reference in every row."""

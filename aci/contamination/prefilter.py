@@ -57,6 +57,8 @@ def _expand(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def _in_sorted(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Whether each value is in the sorted array `keys`, and where."""
+    if not len(keys):
+        return np.zeros(len(values), bool), np.zeros(len(values), np.int64)
     pos = np.searchsorted(keys, values)
     pos[pos == len(keys)] = 0
     return keys[pos] == values, pos
