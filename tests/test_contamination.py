@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from aci import contamination as C
 from aci import manifest, registry
-from aci.contamination import prefilter, text
+from aci.contamination import prefilter, text, wordids
 from aci.contamination.prefilter import Prefilter
 from aci.contamination.rules import field_weights
 from aci.contamination.stricter import Alone
@@ -98,6 +98,33 @@ def test_word_by_word_tokens_equal_encoding_the_text(parts):
     tokens = C.Tokens(enc)
     text = C.clean(" ".join(parts))
     assert tokens(text) == enc.encode_ordinary(" " + text)
+
+
+WORD_EDGES = ["", " \t\x0b\x0c\x1c\x1d\x1e\x1f\n\r", "Mixed CASE, punct!? {x}", "a" * 16, "B" * 17, "x\x00y \x7f",
+              "supercalifragilisticexpialidocious", "na\u00efve caf\u00e9", "don\u2019t", "x\u2028y \u00a0z"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.text(max_size=40) | st.text(st.characters(max_codepoint=127), max_size=40)
+                         | st.sampled_from(WORD_EDGES), max_size=6), min_size=1, max_size=3))
+def test_batch_word_ids_are_the_judges_words(batches):
+    """A batch read as word ids is the words `text.words` gives, each with its tokens, also when the
+    words come from the packed table (each batch is read twice) and when every word hash collides."""
+    enc = C.encoding()
+    for collide in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            if collide:
+                mp.setattr(wordids, "hash_words", lambda lo, hi, length: np.zeros(len(lo), np.uint64))
+            table = wordids.WordIds(C.Tokens(enc))
+            for texts in batches + batches:
+                ids, per_text = table.ids(texts)
+                names = {j: w for w, j in table.word_id.items()}
+                ends = np.cumsum(per_text).tolist()
+                got = [[names[j] for j in ids[end - n:end].tolist()] for end, n in zip(ends, per_text.tolist(), strict=True)]
+                assert got == [text.words(t) for t in texts]
+                for j in ids.tolist():
+                    start = table.offset[j]
+                    assert table.flat[start:start + table.length[j]].tolist() == enc.encode_ordinary(" " + names[j])
 
 
 @pytest.mark.parametrize("length,required", [(10, 1.0), (20, 1.0), (35, 0.9), (50, 0.8), (400, 0.8)])
@@ -204,7 +231,8 @@ def test_the_issue_table(tmp_path):
 def test_the_prefilter_drops_only_rows_that_cannot_be_flagged(monkeypatch, tmp_path):
     """On every fixture case, the rows the batch prefilter drops are rows the scan does not flag (20 of
     them flagged only through the text the judge's tool reads of a side field), and most unrelated rows
-    are dropped; a hash that collides on purpose can only keep more rows."""
+    are dropped; an n-gram hash that collides on purpose can only keep more rows, a word hash that does
+    changes nothing."""
     cases = fixture_cases()
     rows = list(C.training_rows(write_jsonl(tmp_path / "rows.jsonl", [c["row"] for c in cases])))
     index = C.SimpleIndex(list(C.reference_items(JUDGE / "reference.json")))
@@ -217,9 +245,27 @@ def test_the_prefilter_drops_only_rows_that_cannot_be_flagged(monkeypatch, tmp_p
     unrelated = {k for k, c in enumerate(cases) if c["kind"] == "unrelated"}
     side = {k for k in flagged if cases[k]["kind"] == "side-field"}
     assert flagged <= fast and side and len(unrelated - fast) > 0.9 * len(unrelated)
+    monkeypatch.setattr(wordids, "hash_words", lambda lo, hi, length: lo % np.uint64(3))
+    assert kept() == fast  # a word hash collision only costs time
     monkeypatch.setattr(prefilter, "hash_grams", lambda cols: sum(cols) % np.uint64(97))
     colliding = kept()
     assert fast < colliding
+
+
+def test_a_question_alone_whose_long_answer_is_nowhere_in_the_batch(tmp_path):
+    """The prefilter bounds a long answer by its 3-grams in the text; a batch holding none of them at
+    all is read as holding none, and the verdicts are the scan's."""
+    question = ("A farmer has 17 cows and buys 5 more every week for the next 6 weeks before selling a "
+                "third of the herd at the county fair. How many cows remain on the farm?")
+    ref = write_jsonl(tmp_path / "ref.jsonl", [
+        {"question": question, "answer": "Seventeen plus thirty equals forty seven; removing one part leaves thirty two."},
+        {"question": "Which planet in the solar system has the most moons known to astronomers today?",
+         "answer": "Saturn has the most moons that astronomers have confirmed so far."}])
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"text": question}, {"text": "Unrelated words."}])
+    index = C.SimpleIndex(list(C.reference_items(ref)))
+    scanned = [bool(index.scan_row(r)) for r in C.training_rows(rows)]
+    report = C.check(C.reference_items(ref), C.training_rows(rows))
+    assert [k in {f["row"] for f in report.flagged} for k in range(2)] == scanned == [True, False]
 
 
 def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
@@ -235,11 +281,11 @@ def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
 
     fast = run()
     every: list[int] = []
-    monkeypatch.setattr(C.SimpleIndex, "_codes", lambda self, grams: every)
+    monkeypatch.setattr(C.SimpleIndex, "_codes", lambda self, grams, allowed=None: every)
     monkeypatch.setattr(C.SimpleIndex, "_candidates", lambda self, row, codes: {
         i for i, it in enumerate(self.items) if it.weights and it.q_total > 0})
     monkeypatch.setattr(Alone, "bound", lambda self, i, distinct: 1.0)
-    monkeypatch.setattr(Prefilter, "keep", lambda self, rows: [True] * len(rows))
+    monkeypatch.setattr(Prefilter, "keep", lambda self, rows: [set(every)] * len(rows))
     original = C.SimpleIndex.__init__
 
     def init(self, *a, **kw):

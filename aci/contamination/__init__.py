@@ -16,6 +16,7 @@ One module per concern, so each can be read against the judge's rules on its own
 - `judge`: the judge's scan itself (seeds, clusters, question/answer/passage scores).
 - `stricter`: the stricter extras, and the probe index that prunes exactly.
 - `prefilter`: the same pruning for thousands of rows at once (numpy), before any row is scanned.
+- `wordids`, `lookup`: the prefilter's word table and hash lookup, without a Python object per word.
 - `ngram13`: mode `ngram13`, any shared 13-word sequence.
 - `report`: matches and the report; `check` below runs a mode over a file.
 

@@ -44,9 +44,12 @@ def tool_text(row: dict) -> str | None:
     cannot read it): `text`, else the first of TOOL_INPUT present, else all string values joined."""
     text = row.get("text")
     if text is None:
-        text = next((row[k] for k in TOOL_INPUT if k in row), None)
+        for key in TOOL_INPUT:  # a loop, not next() over a generator: this runs for every row
+            if key in row:
+                text = row[key]
+                break
     if text is None:
-        text = " ".join(v for v in row.values() if isinstance(v, str))
+        text = " ".join([v for v in row.values() if isinstance(v, str)])
     return text if isinstance(text, str) and text else None
 
 

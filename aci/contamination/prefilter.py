@@ -6,42 +6,45 @@ times the reading and tokenising alone (bench/contamination.py), though few rows
 
 The condition. `SimpleIndex.scan` flags a row only through an (item, check) pair that the probe index
 finds among the row's 5-grams and whose bound holds: for the judge's check, the IDF share of the item's
-question n-grams found anywhere in the row reaches the item's question floor and, with the answer and
-passage counted as fully found, the weighted score reaches the item's bar (what `JudgeScan._candidates`
-requires, with less counted); for a check alone, the share of its n-grams found anywhere
-(`Alone.bound`). The same pairs and bounds are computed here on 64-bit hashes of the 5-grams: equal
-n-grams have equal hashes, so every n-gram the exact check finds is found here, and a collision can only
-find one more, raising the bound. A row none of whose pairs reaches its bar (lowered by a margin for
+question n-grams found anywhere in the row reaches the item's question floor and, with a long answer
+counted by the IDF share of its 3-grams found anywhere in the row and the passage (or a short answer)
+counted as fully found, the weighted score reaches the item's bar (what `JudgeScan._candidates`
+requires, with the passage and short answer counted as found); for a check alone, the share of its
+n-grams found anywhere (`Alone.bound`). The same pairs and bounds are computed here on 64-bit hashes of
+the n-grams: equal n-grams have equal hashes, so every n-gram the exact check finds is found here, and a
+collision can only find one more, raising the bound. A row none of whose pairs reaches its bar (lowered by a margin for
 float sums in another order) cannot be flagged; every other row is scanned exactly as before, so the
 verdicts are the same (tested, also with a hash that collides on purpose).
 
 The tokens of a cleaned text are those of its words in order (`text.Tokens`), so each distinct word is
-tokenised once and a batch's tokens are gathered from a table. A row is checked on its texts and, when
+tokenised once and a batch's tokens are gathered from a table (`wordids`: the batch's words as ids
+without a Python string per word); its n-gram hashes are looked up in the keys through `lookup`. A row is checked on its texts and, when
 the judge's tool would read text that is not inside them, on that text too.
 """
 
 from __future__ import annotations
 
-from itertools import chain, repeat
-
 import numpy as np
 
 from aci.contamination.inputs import Row
-from aci.contamination.rules import EPS, Q_N, relaxed
+from aci.contamination.lookup import SortedHashes
+from aci.contamination.rules import A_N, EPS, Q_N, relaxed
 from aci.contamination.stricter import JUDGE
-from aci.contamination.text import words
+from aci.contamination.wordids import WordIds
 
 MARGIN = 1e-6  # the bars are lowered by this much: float sums here run in another order than the scan's
-WORDS_LIMIT = 1 << 21  # distinct words in the table; it starts over beyond this
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def hash_grams(cols: list[np.ndarray]) -> np.ndarray:
-    """One 64-bit hash per n-gram, from its token columns (uint64 arrays of one length)."""
+    """One 64-bit hash per n-gram, from its token columns (uint64 arrays of one length), mixed into its
+    top bits (`lookup` buckets by them)."""
     h = cols[0].copy()
     for c in cols[1:]:
         h *= _MIX
         h ^= c
+    h ^= h >> np.uint64(29)
+    h *= _MIX
     return h
 
 
@@ -54,9 +57,35 @@ def _expand(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def _in_sorted(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Whether each value is in the sorted array `keys`, and where."""
+    if not len(keys):
+        return np.zeros(len(values), bool), np.zeros(len(values), np.int64)
     pos = np.searchsorted(keys, values)
     pos[pos == len(keys)] = 0
     return keys[pos] == values, pos
+
+
+class Grams:
+    """n-grams of one length as dense keys (their hashes, deduplicated) and, per dense code, its n-gram
+    set as keys with their IDF weights."""
+
+    def __init__(self, n: int, sets: list, idfs: list):
+        self.n = n
+        grams = sorted({g for s in sets for g in s})
+        hashes = hash_grams(list(np.array(grams, np.uint64).reshape(-1, n).T)) if grams else np.zeros(0, np.uint64)
+        keys, key_of = np.unique(hashes, return_inverse=True)
+        self.keys, self.n_keys = SortedHashes(keys), len(keys)
+        self.key = dict(zip(grams, key_of.tolist(), strict=True))
+        counts = np.array([len(s) for s in sets], np.int64)
+        self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.code_keys = np.array([self.key[g] for s in sets for g in s], np.int64)
+        self.code_w = np.array([idf[g] for s, idf in zip(sets, idfs, strict=True) for g in s], np.float64)
+
+    def shares(self, held: np.ndarray, text: np.ndarray, code: np.ndarray) -> np.ndarray:
+        """Per (text, code) pair: the weight of the code's n-grams that the text holds (`held`: the sorted
+        text * n_keys + key of every n-gram held)."""
+        src, at = _expand(self.start[code], self.start[code + 1] - self.start[code])
+        hit, _ = _in_sorted(held, text[src] * self.n_keys + self.code_keys[at])
+        return np.bincount(src, weights=self.code_w[at] * hit, minlength=len(code))
 
 
 class Prefilter:
@@ -66,111 +95,101 @@ class Prefilter:
         checks = [(JUDGE, i, it.q_set, index.q_idf, it.q_total, it.q_floor, it.weights["question"],
                    sum(w for f, w in it.weights.items() if f != "question"), relaxed(it.cum_len, index.threshold))
                   for i, it in enumerate(index.items) if it.q_total > 0 and it.weights]
+        # judge codes whose answer share is bounded here too (a long answer: its 3-grams' IDF share)
+        answer = [index.items[c[1]] for c in checks]
+        answer = [it if "answer" in it.weights and not it.a_short and it.a_total > 0 else None for it in answer]
         checks += [(kind, i, s, check.idf, check.norm[i], check.need[i], 1.0, 0.0, check.need[i])
                    for kind, check in index.alone.items() for i, s in check.sets.items() if check.norm[i] > 0]
-        # Dense ids: n-gram hashes (keys) and the codes the probe can name
-        grams = sorted({g for c in checks for g in c[2]})
-        hashes = hash_grams(list(np.array(grams, dtype=np.uint64).reshape(-1, Q_N).T)) if grams else np.zeros(0, np.uint64)
-        self.keys, key_of = np.unique(hashes, return_inverse=True)
-        key = dict(zip(grams, key_of.tolist(), strict=True))
+        answer += [None] * (len(checks) - len(answer))
+        self.q = Grams(Q_N, [c[2] for c in checks], [c[3] for c in checks])
+        self.a = Grams(A_N, [it.a_set if it else frozenset() for it in answer], [index.a_idf] * len(checks))
         code_of = {3 * c[1] + c[0]: k for k, c in enumerate(checks)}
-        self.n_keys, self.n_codes = len(self.keys), len(checks)
-        # code -> its n-grams' keys and weights; its bars
-        counts = np.array([len(c[2]) for c in checks], np.int64)
-        self.code_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.code_keys = np.array([key[g] for c in checks for g in c[2]], np.int64)
-        self.code_w = np.array([c[3][g] for c in checks for g in c[2]], np.float64)
+        self.probe_code = [3 * c[1] + c[0] for c in checks]  # dense code -> the probe's code
+        self.n_codes = len(checks)
+        # each code's bars
         self.norm = np.array([c[4] for c in checks], np.float64)
         self.floor = np.array([c[5] for c in checks], np.float64) - EPS - MARGIN
         self.w_q = np.array([c[6] for c in checks], np.float64)
         self.rest = np.array([c[7] for c in checks], np.float64)
         self.need = np.array([c[8] for c in checks], np.float64) - EPS - MARGIN
+        self.tracked = np.array([it is not None for it in answer], bool)
+        self.w_a = np.array([it.weights["answer"] if it else 0.0 for it in answer], np.float64)
+        self.a_total = np.array([it.a_total if it else 1.0 for it in answer], np.float64)
+        self.rest_a = np.array([sum(w for f, w in it.weights.items() if f not in ("question", "answer")) if it
+                                else 0.0 for it in answer], np.float64)
         # key -> the codes the probe index files under it
-        probe = sorted((key[g], code_of[code]) for g, codes in index.probe.post.items() for code in codes
+        probe = sorted((self.q.key[g], code_of[code]) for g, codes in index.probe.post.items() for code in codes
                        if code in code_of)
         self.probe_codes = np.array([c for _, c in probe], np.int64)
-        self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.n_keys + 1))
-        # word -> its tokens in one flat table
-        self.tokens = index.tokens
-        self.word_id: dict[str, int] = {}
-        self.flat = np.zeros(0, np.uint64)
-        self.offset = np.zeros(0, np.int64)
-        self.length = np.zeros(0, np.int64)
+        self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.q.n_keys + 1))
+        self.words = WordIds(index.tokens)  # word -> its tokens
 
-    def keep(self, rows: list[Row]) -> list[bool]:
-        """Per row: whether it could be flagged (False: it cannot)."""
+    def keep(self, rows: list[Row]) -> list[set[int] | None]:
+        """Per row: None when it cannot be flagged, else the probe codes (3 * item + check) whose bars its
+        texts reach, the only ones the scan can flag it by."""
         texts, owner = [], []
         for k, r in enumerate(rows):
-            texts.append(words(r.text))
+            texts.append(r.text)
             owner.append(k)
             if r.tool_text is not None and not r.tool_inside:
-                texts.append(words(r.tool_text))
+                texts.append(r.tool_text)
                 owner.append(k)
-        out = np.zeros(len(rows), bool)
-        out[np.array(owner, np.int64)[self.survivors(texts)]] = True
-        return out.tolist()
+        out: list[set[int] | None] = [None] * len(rows)
+        text, code = self.survivors(texts)
+        for t, c in zip(text.tolist(), code.tolist(), strict=True):
+            k = owner[t]
+            if out[k] is None:
+                out[k] = set()
+            out[k].add(self.probe_code[c])
+        return out
 
-    def survivors(self, texts: list[list[str]]) -> np.ndarray:
-        """Per text (its cleaned words): whether some (item, check) pair reaches its bar in it."""
+    def survivors(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The (text, dense code) pairs whose bar the text reaches."""
         n = len(texts)
-        out = np.zeros(n, bool)
-        ids = self._word_ids(list(chain.from_iterable(texts)))
-        lengths = self.length[ids]
+        out = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        ids, per_text = self.words.ids(texts)
+        lengths = self.words.length[ids]
         ends = np.cumsum(lengths)
         total = int(ends[-1]) if len(ends) else 0
         if total < Q_N or not self.n_codes:
             return out
-        _, where = _expand(self.offset[ids], lengths)
-        toks = self.flat[where]
-        word_end = np.cumsum(np.fromiter(map(len, texts), np.int64, n))
+        _, where = _expand(self.words.offset[ids], lengths)
+        toks = self.words.flat[where]
+        word_end = np.cumsum(per_text)
         text_end = np.concatenate([[0], ends])[word_end]
         tok_text = np.repeat(np.arange(n), np.diff(text_end, prepend=0))
         m = total - Q_N + 1
         inside = tok_text[:m] == tok_text[Q_N - 1:]  # n-grams that do not cross into the next text
         hashes = hash_grams([toks[k:k + m] for k in range(Q_N)])[inside]
-        found, pos = _in_sorted(self.keys, hashes)
+        found, pos = self.q.keys.find(hashes)
         text, key = tok_text[:m][inside][found], pos[found]  # every (text, key) held, repeats included
         # (text, code) pairs the probe names
         src, at = _expand(self.probe_start[key], self.probe_start[key + 1] - self.probe_start[key])
         pairs = np.unique(text[src] * self.n_codes + self.probe_codes[at])
         if not len(pairs):
             return out
-        # the (text, key)s of the texts with a pair, sorted
+        # the (text, key)s of the texts with a pair, sorted (repeats kept: only membership is asked)
         named = np.zeros(n, bool)
         named[pairs // self.n_codes] = True
         named = named[text]
-        held = np.unique(text[named] * self.n_keys + key[named])
+        held = np.sort(text[named] * self.q.n_keys + key[named])
         text, code = np.divmod(pairs, self.n_codes)
         # each pair's share: the weights of the code's n-grams that the text holds
-        src, at = _expand(self.code_start[code], self.code_start[code + 1] - self.code_start[code])
-        hit, _ = _in_sorted(held, text[src] * self.n_keys + self.code_keys[at])
-        share = np.bincount(src, weights=self.code_w[at] * hit, minlength=len(pairs)) / self.norm[code]
+        share = self.q.shares(held, text, code) / self.norm[code]
         ok = (share >= self.floor[code]) & (self.w_q[code] * share + self.rest[code] >= self.need[code])
-        out[text[ok]] = True
-        return out
+        # a long answer counts with its 3-grams' share in place of in full
+        t = np.flatnonzero(ok & self.tracked[code])
+        if len(t):
+            answer = self.answer_shares(toks, tok_text, text[t], code[t])
+            ok[t] = self.w_q[code[t]] * share[t] + self.w_a[code[t]] * answer + self.rest_a[code[t]] >= self.need[code[t]]
+        return text[ok], code[ok]
 
-    def _word_ids(self, batch: list[str]) -> np.ndarray:
-        """The table ids of `batch`'s words, adding the words not yet in it."""
-        if len(self.word_id) > WORDS_LIMIT:
-            self.word_id.clear()
-            self.flat, self.offset, self.length = self.flat[:0], self.offset[:0], self.length[:0]
-        ids = np.fromiter(map(self.word_id.get, batch, repeat(-1)), np.int64, len(batch))
-        new = np.flatnonzero(ids < 0)
-        if len(new):
-            toks: list[int] = []
-            offsets, lengths = [], []
-            base = len(self.flat)
-            for k in new.tolist():
-                w = batch[k]
-                j = self.word_id.get(w)
-                if j is None:
-                    j = self.word_id[w] = len(self.offset) + len(offsets)
-                    t = self.tokens(w)
-                    offsets.append(base + len(toks))
-                    lengths.append(len(t))
-                    toks += t
-                ids[k] = j
-            self.flat = np.concatenate([self.flat, np.array(toks, np.uint64)])
-            self.offset = np.concatenate([self.offset, np.array(offsets, np.int64)])
-            self.length = np.concatenate([self.length, np.array(lengths, np.int64)])
-        return ids
+    def answer_shares(self, toks, tok_text, text, code) -> np.ndarray:
+        """Per (text, code) pair: the IDF share of the code's answer 3-grams found anywhere in the text."""
+        chosen = np.zeros(tok_text[-1] + 1, bool)
+        chosen[text] = True
+        at = np.flatnonzero(chosen[tok_text[:len(toks) - A_N + 1]])
+        at = at[tok_text[at] == tok_text[at + A_N - 1]]  # 3-grams that do not cross into the next text
+        found, pos = self.a.keys.find(hash_grams([toks[at + k] for k in range(A_N)]))
+        held = np.sort(tok_text[at[found]] * self.a.n_keys + pos[found])
+        return self.a.shares(held, text, code) / self.a_total[code]

@@ -11,6 +11,8 @@ from pathlib import Path
 from aci.errors import ACIError, where
 from aci.tasks.adapters import json_kind, to_sample, to_task
 
+_DECODER = json.JSONDecoder()
+
 
 def read_rows(path: Path | str, content: bytes | None = None) -> Iterator[tuple[int, dict]]:
     """Yield `(line, row)` for each JSON object in a JSONL file (streamed) or a JSON array file.
@@ -52,6 +54,19 @@ def _decode_line(path: Path, n: int, raw: bytes) -> str:
                        f"is this a binary or differently encoded file?") from None
 
 
+def _loads(line: str):
+    """`json.loads` of a line without its newline, cheaper for the usual line (one JSON value, then the
+    newline): `raw_decode` skips the whitespace matching around it that dominates a short row's parse.
+    Any other line, and any error, goes through `json.loads` itself."""
+    try:
+        value, end = _DECODER.raw_decode(line)
+        if end == len(line) or line[end:] in ("\n", "\r\n"):
+            return value
+    except json.JSONDecodeError:
+        pass
+    return json.loads(line.rstrip("\r\n"))
+
+
 def _jsonl_rows(path: Path, f) -> Iterator[tuple[int, dict]]:
     seen = False
     for n, raw in enumerate(f, 1):
@@ -59,7 +74,7 @@ def _jsonl_rows(path: Path, f) -> Iterator[tuple[int, dict]]:
         if not text.strip():
             continue
         try:
-            row = json.loads(text.rstrip("\r\n"))
+            row = _loads(text)
         except json.JSONDecodeError as e:
             hint = (" (a pretty-printed object? write one object per line, or a JSON array)"
                     if text.strip() == "{" else "")

@@ -1,0 +1,43 @@
+"""Where millions of 64-bit hashes are in a sorted table, at about one gather each.
+
+Why: `np.searchsorted` of five million n-gram hashes into the prefilter's keys was its costliest step
+(a binary search per value, each step a cache miss). Here the keys' top bits index buckets (eight to
+sixteen buckets per key, at most 2^22; the hashes are mixed into their top bits), so a value is first
+compared with the one key its bucket starts with; only a value that is not that key, in a bucket holding
+more than one key, is searched for in full. The answer is the same as a binary search's, only sooner.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_BITS = 22  # buckets at most 2^22: a bigger table has more keys per bucket, not more memory
+
+
+class SortedHashes:
+    """A sorted uint64 array (`keys`) and, per bucket of top bits, where its keys start."""
+
+    def __init__(self, keys: np.ndarray):
+        self.keys = keys
+        bits = min(MAX_BITS, max(1, (8 * len(keys)).bit_length()))
+        self.shift = np.uint64(64 - bits)
+        counts = np.bincount((keys >> self.shift).astype(np.int64), minlength=1 << bits)
+        self.first = np.cumsum(counts) - counts  # bucket b: keys[first[b]:first[b] + counts[b]]
+        self.crowded = counts > 1
+        # A value of an empty bucket meets the next bucket's first key, which it cannot equal (equal
+        # hashes share a bucket), or, past the last bucket, this 0, which is less than it
+        self.padded = np.append(keys, np.uint64(0))
+
+    def find(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each value is a key, and the position of the first key equal to it (where found)."""
+        if not len(self.keys):
+            return np.zeros(len(values), bool), np.zeros(len(values), np.int64)
+        bucket = values >> self.shift
+        pos = self.first[bucket]
+        found = self.padded[pos] == values
+        rest = np.flatnonzero(self.crowded[bucket] & ~found)
+        if len(rest):
+            at = np.searchsorted(self.keys, values[rest])
+            pos[rest] = at
+            found[rest] = self.padded[at] == values[rest]
+        return found, pos
