@@ -58,15 +58,14 @@ class SimpleIndex(JudgeScan):
         seen: set[str] = set()
         for r in refs:
             c = (clean(r.passage), clean(r.question), clean(r.answer))
-            comb = self.tokens(" ".join(p for p in c if p))
-            p_toks, q_toks, a_toks = map(self.tokens, c)
+            p_toks, q_toks, a_toks = map(self.tokens, c)  # the fields joined are these tokens in a row
             if r.duplicate_key is not None:
                 if r.duplicate_key in seen:
                     self.skipped.append(r.name)
                     continue
                 seen.add(r.duplicate_key)
             words = set(" ".join(p for p in c if p).split())
-            if len(words) < MIN_UNIQUE_WORDS or sum(1 for t in comb if t != space) < MIN_TOKENS:
+            if len(words) < MIN_UNIQUE_WORDS or sum(t != space for t in (*p_toks, *q_toks, *a_toks)) < MIN_TOKENS:
                 self.skipped.append(r.name)
                 continue
             present = tuple(f for f, v in (("question", r.question), ("answer", r.answer), ("passage", r.passage))
@@ -101,11 +100,11 @@ class SimpleIndex(JudgeScan):
         q_need: dict[int, float] = {}
         a_need: dict[int, float] = {}
         for i, it in enumerate(self.items):
-            it.q_total = sum(self.q_idf[g] for g in it.q_set)
-            it.a_total = sum(self.a_idf[g] for g in it.a_set)
-            it.p_total = sum(self.p_idf[g] for g in it.p_set)
+            it.q_total = sum(map(self.q_idf.__getitem__, it.q_set))
+            it.a_total = sum(map(self.a_idf.__getitem__, it.a_set))
+            it.p_total = sum(map(self.p_idf.__getitem__, it.p_set))
             it.q_floor = max(Q_MIN, relaxed(it.q_len, Q_MIN))
-            it.q_fewest = fewest((self.q_idf[g] for g in it.q_set), (it.q_floor - EPS) * it.q_total)
+            it.q_fewest = fewest(map(self.q_idf.__getitem__, it.q_set), (it.q_floor - EPS) * it.q_total)
             for g in it.q_set:
                 self.q_post.setdefault(g, set()).add(i)
             if it.q_total > 0 and it.weights:

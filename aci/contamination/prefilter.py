@@ -24,6 +24,8 @@ the judge's tool would read text that is not inside them, on that text too.
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from aci.contamination.inputs import Row
@@ -70,15 +72,18 @@ class Grams:
 
     def __init__(self, n: int, sets: list, idfs: list):
         self.n = n
-        grams = sorted({g for s in sets for g in s})
-        hashes = hash_grams(list(np.array(grams, np.uint64).reshape(-1, n).T)) if grams else np.zeros(0, np.uint64)
+        grams = list(set(chain.from_iterable(sets)))  # any order: a key is its hash's rank
+        flat = np.fromiter(chain.from_iterable(grams), np.uint64, n * len(grams))
+        hashes = hash_grams(list(flat.reshape(-1, n).T)) if grams else np.zeros(0, np.uint64)
         keys, key_of = np.unique(hashes, return_inverse=True)
         self.keys, self.n_keys = SortedHashes(keys), len(keys)
         self.key = dict(zip(grams, key_of.tolist(), strict=True))
         counts = np.array([len(s) for s in sets], np.int64)
         self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.code_keys = np.array([self.key[g] for s in sets for g in s], np.int64)
-        self.code_w = np.array([idf[g] for s, idf in zip(sets, idfs, strict=True) for g in s], np.float64)
+        total = int(self.start[-1])
+        self.code_keys = np.fromiter(map(self.key.__getitem__, chain.from_iterable(sets)), np.int64, total)
+        self.code_w = np.fromiter(chain.from_iterable(map(idf.__getitem__, s) for s, idf in zip(sets, idfs, strict=True)),
+                                  np.float64, total)
 
     def shares(self, held: np.ndarray, text: np.ndarray, code: np.ndarray) -> np.ndarray:
         """Per (text, code) pair: the weight of the code's n-grams that the text holds (`held`: the sorted

@@ -35,11 +35,11 @@ class Probe:
     def add(self, code: int, grams: Iterable[tuple], idf: dict[tuple, float], total: float, need: float) -> None:
         may_miss = total * (1 - need) + 2 * EPS * total
         acc = 0.0
-        for g in sorted(grams, key=lambda g: (-idf[g], g)):
-            if idf[g] <= 0:
+        for neg, g in sorted([(-idf[g], g) for g in grams]):  # rarest first, ties by n-gram
+            if neg >= 0:
                 break
             self.post.setdefault(g, []).append(code)
-            acc += idf[g]
+            acc -= neg
             if acc > may_miss:
                 break
 
@@ -51,8 +51,9 @@ class Alone:
         self.sets, self.need = sets, need
         df = doc_freq(sets.values())
         self.idf = {g: math.log(1 + n_refs / d) for g, d in df.items()}
-        self.norm = {i: sum(self.idf[g] for g in s) for i, s in sets.items()}
-        self.fewest = {i: fewest((self.idf[g] for g in s), (need[i] - EPS) * self.norm[i]) for i, s in sets.items()}
+        weight = self.idf.__getitem__
+        self.norm = {i: sum(map(weight, s)) for i, s in sets.items()}
+        self.fewest = {i: fewest(map(weight, s), (need[i] - EPS) * self.norm[i]) for i, s in sets.items()}
 
     def bound(self, i: int, distinct: set[tuple]) -> float:
         """The share of item i's n-grams found anywhere in the row: no run can hold more."""
