@@ -14,10 +14,11 @@ plus cl100k tokenisation of every row.
 tests/data/contamination_judge/README.md for running it offline) also runs the judge's tool on the same
 rows, given as `{"text": ...}` (it cannot read chat rows), and reports its rows per CPU-second (its
 process's user + system time) and the ratio, and times our check on that same `{"text": ...}` file too
-(a cheaper read than the chat rows the last line counts); `--rows N` changes the size. Both are timed `--repeat` times (default 3), each run from scratch
-(ours: index, read, check; the judge's: a fresh process), and the best of each is reported: CPU time on
-a shared virtual machine drifts by 20-40 % from run to run, and the minimum is each side's own cost with
-the least of that noise. Last line: `rows_per_cpu_s=N`.
+(a cheaper read than the chat rows the last line counts); `--rows N` changes the size. Both sides are
+timed `--repeat` times (default 3), each run from scratch (ours: index, read, check; the judge's: a fresh
+process), and the best of each is reported: CPU time on a shared virtual machine drifts by 20-40 % from
+run to run, and the minimum is each side's own cost with the least of that noise. Last line:
+`rows_per_cpu_s=N`.
 """
 
 from __future__ import annotations
