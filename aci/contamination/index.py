@@ -170,12 +170,15 @@ class SimpleIndex(JudgeScan):
         for i, m in self._judge(row, rest, 1).items() if rest else ():
             if i not in found:
                 found[i] = Match(m.item, m.score, m.required, "stricter", "combined", m.question, m.answer, m.passage)
+        ids: dict[int, list] = {}  # the row's n-grams as each check's ids
         for code in codes:
             i, kind = divmod(code, 3)
             if kind == JUDGE or i in found:
                 continue
             check = self.alone[kind]
-            share = check.best(i, row.grams)
+            if kind not in ids:
+                ids[kind] = check.ids(row.grams)
+            share = check.best(i, ids[kind])
             bar = check.need[i] - EPS
             # The bound (never less than the best share, but summed in another order) decides only a
             # share at its bar: one clearly above it leaves the bound above it too
