@@ -36,6 +36,7 @@ from aci.contamination.wordids import WordIds
 
 MARGIN = 1e-6  # the bars are lowered by this much: float sums here run in another order than the scan's
 _MIX = np.uint64(0x9E3779B97F4A7C15)
+DENSE_CELLS = 1 << 22  # flags in `Grams.shares`' table of (text, n-gram): 4 MB, a batch's texts in turns
 
 
 def hash_grams(cols: list[np.ndarray]) -> np.ndarray:
@@ -50,20 +51,10 @@ def hash_grams(cols: list[np.ndarray]) -> np.ndarray:
     return h
 
 
-def _expand(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For ranges [starts, starts + counts): the range each element comes from, and the element."""
-    owner = np.repeat(np.arange(len(counts)), counts)
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The elements of the ranges [starts, starts + counts), one range after another."""
     first = np.cumsum(counts) - counts
-    return owner, starts[owner] + np.arange(int(counts.sum())) - first[owner]
-
-
-def _in_sorted(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Whether each value is in the sorted array `keys`, and where."""
-    if not len(keys):
-        return np.zeros(len(values), bool), np.zeros(len(values), np.int64)
-    pos = np.searchsorted(keys, values)
-    pos[pos == len(keys)] = 0
-    return keys[pos] == values, pos
+    return np.arange(int(counts.sum())) + np.repeat(starts - first, counts)
 
 
 class Grams:
@@ -78,6 +69,7 @@ class Grams:
         keys, key_of = np.unique(hashes, return_inverse=True)
         self.keys, self.n_keys = SortedHashes(keys), len(keys)
         self.key = dict(zip(grams, key_of.tolist(), strict=True))
+        self.dense = np.zeros(max(DENSE_CELLS, len(keys)), bool)  # `shares`' table, all False between calls
         counts = np.array([len(s) for s in sets], np.int64)
         self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         total = int(self.start[-1])
@@ -85,12 +77,34 @@ class Grams:
         self.code_w = np.fromiter(chain.from_iterable(map(idf.__getitem__, s) for s, idf in zip(sets, idfs, strict=True)),
                                   np.float64, total)
 
-    def shares(self, held: np.ndarray, text: np.ndarray, code: np.ndarray) -> np.ndarray:
-        """Per (text, code) pair: the weight of the code's n-grams that the text holds (`held`: the sorted
-        text * n_keys + key of every n-gram held)."""
-        src, at = _expand(self.start[code], self.start[code + 1] - self.start[code])
-        hit, _ = _in_sorted(held, text[src] * self.n_keys + self.code_keys[at])
-        return np.bincount(src, weights=self.code_w[at] * hit, minlength=len(code))
+    def shares(self, held_text: np.ndarray, held_key: np.ndarray, text: np.ndarray, code: np.ndarray) -> np.ndarray:
+        """Per (text, code) pair, `text` sorted, each code with at least one n-gram: the weight of the
+        code's n-grams that the text holds (`held_text`, `held_key`: every n-gram a text holds, repeats
+        allowed).
+
+        The texts' n-grams are flagged in a table of n_keys flags per text, so each of the codes' n-grams
+        is looked up with one gather; the table is kept between calls (filling fresh pages cost more than
+        the lookups) and cleared where it was set, and texts that do not fit in it are taken in turns."""
+        out = np.zeros(len(code))
+        if not len(code):
+            return out
+        texts = np.unique(text)
+        turn = max(1, len(self.dense) // self.n_keys)
+        rank = np.full(int(max(texts[-1], held_text.max(initial=0))) + 1, -1, np.int64)
+        for first in range(0, len(texts), turn):
+            chosen = texts[first:first + turn]
+            rank[chosen] = np.arange(len(chosen))
+            a, b = np.searchsorted(text, [chosen[0], chosen[-1] + 1])
+            mine = rank[held_text]
+            cells = (mine * self.n_keys + held_key)[mine >= 0]
+            self.dense[cells] = True
+            counts = self.start[code[a:b] + 1] - self.start[code[a:b]]
+            at = _ranges(self.start[code[a:b]], counts)
+            hit = self.dense[np.repeat(rank[text[a:b]] * self.n_keys, counts) + self.code_keys[at]]
+            out[a:b] = np.add.reduceat(self.code_w[at] * hit, np.cumsum(counts) - counts)
+            self.dense[cells] = False
+            rank[chosen] = -1
+        return out
 
 
 class Prefilter:
@@ -158,8 +172,7 @@ class Prefilter:
         total = int(ends[-1]) if len(ends) else 0
         if total < Q_N or not self.n_codes:
             return out
-        _, where = _expand(self.words.offset[ids], lengths)
-        toks = self.words.flat[where]
+        toks = self.words.flat[_ranges(self.words.offset[ids], lengths)]
         word_end = np.cumsum(per_text)
         text_end = np.concatenate([[0], ends])[word_end]
         tok_text = np.repeat(np.arange(n), np.diff(text_end, prepend=0))
@@ -169,18 +182,15 @@ class Prefilter:
         found, pos = self.q.keys.find(hashes)
         text, key = tok_text[:m][inside][found], pos[found]  # every (text, key) held, repeats included
         # (text, code) pairs the probe names
-        src, at = _expand(self.probe_start[key], self.probe_start[key + 1] - self.probe_start[key])
-        pairs = np.unique(text[src] * self.n_codes + self.probe_codes[at])
+        counts = self.probe_start[key + 1] - self.probe_start[key]
+        at = _ranges(self.probe_start[key], counts)
+        pairs = np.unique(np.repeat(text * self.n_codes, counts) + self.probe_codes[at])
         if not len(pairs):
             return out
-        # the (text, key)s of the texts with a pair, sorted (repeats kept: only membership is asked)
-        named = np.zeros(n, bool)
-        named[pairs // self.n_codes] = True
-        named = named[text]
-        held = np.sort(text[named] * self.q.n_keys + key[named])
+        held_text, held_key = text, key
         text, code = np.divmod(pairs, self.n_codes)
         # each pair's share: the weights of the code's n-grams that the text holds
-        share = self.q.shares(held, text, code) / self.norm[code]
+        share = self.q.shares(held_text, held_key, text, code) / self.norm[code]
         ok = (share >= self.floor[code]) & (self.w_q[code] * share + self.rest[code] >= self.need[code])
         # a long answer counts with its 3-grams' share in place of in full
         t = np.flatnonzero(ok & self.tracked[code])
@@ -196,5 +206,4 @@ class Prefilter:
         at = np.flatnonzero(chosen[tok_text[:len(toks) - A_N + 1]])
         at = at[tok_text[at] == tok_text[at + A_N - 1]]  # 3-grams that do not cross into the next text
         found, pos = self.a.keys.find(hash_grams([toks[at + k] for k in range(A_N)]))
-        held = np.sort(tok_text[at[found]] * self.a.n_keys + pos[found])
-        return self.a.shares(held, text, code) / self.a_total[code]
+        return self.a.shares(tok_text[at[found]], pos[found], text, code) / self.a_total[code]
