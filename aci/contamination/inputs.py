@@ -29,7 +29,7 @@ TOOL_INPUT = ("text", "content", "input", "prompt", "question")  # what the judg
 EXCERPT = 80
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     index: int  # 0-based position in the file (two rows of a compact JSON array can share a line)
     line: int
@@ -59,9 +59,10 @@ def training_rows(path: Path, sources: set[str] | None = None, content: bytes | 
     needs no second pass."""
     from aci.tasks import read_rows, row_texts
 
+    name = str(path)
     for k, (n, row) in enumerate(read_rows(path, content)):
-        text = "\n".join(row_texts(row, where(path, n)))
-        if not text.strip():
+        text = "\n".join(row_texts(row, f"{name}:{n}"))
+        if not text or text.isspace():
             raise ACIError(f"{where(path, n)}: no text in this row")
         if sources is not None:
             meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}

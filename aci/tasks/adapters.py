@@ -149,7 +149,8 @@ def _turn_texts(turns: Any) -> list[str]:
     for m in turns if isinstance(turns, list) else ():
         if not isinstance(m, dict):
             continue
-        out.append(_content_text(m.get("content")))
+        content = m.get("content")
+        out.append(content if type(content) is str else _content_text(content))
         if m.get("tool_calls"):
             out.append(json.dumps(m["tool_calls"], ensure_ascii=False))
     return out

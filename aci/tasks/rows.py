@@ -54,27 +54,27 @@ def _decode_line(path: Path, n: int, raw: bytes) -> str:
                        f"is this a binary or differently encoded file?") from None
 
 
-def _loads(line: str):
-    """`json.loads` of a line without its newline, cheaper for the usual line (one JSON value, then the
-    newline): `raw_decode` skips the whitespace matching around it that dominates a short row's parse.
-    Any other line, and any error, goes through `json.loads` itself."""
-    try:
-        value, end = _DECODER.raw_decode(line)
-        if end == len(line) or line[end:] in ("\n", "\r\n"):
-            return value
-    except json.JSONDecodeError:
-        pass
-    return json.loads(line.rstrip("\r\n"))
-
-
 def _jsonl_rows(path: Path, f) -> Iterator[tuple[int, dict]]:
     seen = False
+    scan = _DECODER.scan_once
     for n, raw in enumerate(f, 1):
+        # The usual line (UTF-8, one JSON object, its newline) in a few C calls. Any other line (a BOM, a
+        # blank or broken line, a NUL byte, which JSON never holds, bad UTF-8, another value) fails here
+        # and takes the checked path below, which reads it the same way or names its error.
+        try:
+            line = raw.decode()
+            row, end = scan(line, 0)
+            if type(row) is dict and (end == len(line) or line[end:] in ("\n", "\r\n")):
+                seen = True
+                yield n, row
+                continue
+        except (UnicodeDecodeError, StopIteration, ValueError):
+            pass
         text = _decode_line(path, n, raw)
         if not text.strip():
             continue
         try:
-            row = _loads(text)
+            row = json.loads(text)
         except json.JSONDecodeError as e:
             hint = (" (a pretty-printed object? write one object per line, or a JSON array)"
                     if text.strip() == "{" else "")
