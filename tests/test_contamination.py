@@ -22,8 +22,7 @@ from aci import contamination as C
 from aci import manifest, registry
 from aci.contamination import prefilter, text, wordids
 from aci.contamination.prefilter import Prefilter
-from aci.contamination.rules import field_weights
-from aci.contamination.stricter import Alone
+from aci.contamination.rules import field_weights, ngrams
 from aci.context import Context
 from aci.errors import ACIError
 from aci.tasks import row_texts
@@ -268,9 +267,63 @@ def test_a_question_alone_whose_long_answer_is_nowhere_in_the_batch(tmp_path):
     assert [k in {f["row"] for f in report.flagged} for k in range(2)] == scanned == [True, False]
 
 
+def test_the_prefilters_stricter_shares_are_the_scans_to_the_bit(monkeypatch, tmp_path):
+    """Every share of a stricter check that the prefilter computes for a batch equals `Alone.best` on the
+    row, exactly (integer weights): also when every n-gram of the batch is taken for a key by its hash,
+    since a found n-gram counts only where its tokens are the key's; and two reference n-grams with one
+    hash leave every share to the scan."""
+    cases = fixture_cases()
+    rows = list(C.training_rows(write_jsonl(tmp_path / "rows.jsonl", [c["row"] for c in cases])))
+    index = C.SimpleIndex(list(C.reference_items(JUDGE / "reference.json")))
+
+    def shares(pf: Prefilter) -> dict[tuple[int, int], float | None]:
+        return {(r.index, code): s for r, allowed in zip(rows, pf.keep(rows), strict=True) if allowed
+                for code, s in allowed.items() if code % 3}
+
+    def best(row: int, code: int) -> float:
+        check = index.alone[code % 3]
+        return check.best(code // 3, check.ids(ngrams(index.tokens(C.clean(rows[row].text)), 5)))
+
+    exact = shares(Prefilter(index))
+    assert sum(s is not None for s in exact.values()) > 100
+    assert all(s == best(*k) for k, s in exact.items() if s is not None)
+    fooled = Prefilter(index)
+    find, common = fooled.q.keys.find, int(np.bincount(fooled.q.code_keys).argmax())
+
+    def everything(values):  # a key's own n-gram still finds it; any other finds the commonest key
+        found, pos = find(values)
+        return np.ones(len(values), bool), np.where(found, pos, common)
+
+    monkeypatch.setattr(fooled.q.keys, "find", everything)
+    wide = shares(fooled)
+    assert all(s == best(*k) for k, s in wide.items() if s is not None) and exact.keys() <= wide.keys()
+    monkeypatch.setattr(prefilter, "hash_grams", lambda cols: sum(cols) % np.uint64(97))
+    assert not Prefilter(index).exact and all(s is None for s in shares(Prefilter(index)).values())
+
+
+def test_the_prefilters_runs_break_where_the_scans_do(tmp_path):
+    """A question copied in two halves with 0 to 20 filler words between them: the prefilter's share of
+    the question alone equals `Alone.best` at every gap, on both sides of the longest gap a run spans."""
+    question = ("The orchard keeper counted ninety seven ripe pears on the northern terrace before noon, then "
+                "carried every basket down the narrow stone stairs to the market wagon waiting by the gate, "
+                "where her cousin weighed each load twice and wrote the totals in a small green ledger.")
+    words = question.split()
+    ref = write_jsonl(tmp_path / "ref.jsonl", [{"question": question, "answer": "It is 97."},
+                                               {"question": "What colour is the sky on a clear day?", "answer": "Blue."}])
+    rows = write_jsonl(tmp_path / "rows.jsonl", [
+        {"text": " ".join(words[:20] + ["x"] * k + words[20:])} for k in range(21)])
+    index = C.SimpleIndex(list(C.reference_items(ref)))
+    read = list(C.training_rows(rows))
+    check = index.alone[1]
+    got = [allowed.get(3 * 0 + 1) if allowed else None for allowed in Prefilter(index).keep(read)]
+    want = [check.best(0, check.ids(ngrams(index.tokens(C.clean(r.text)), 5))) for r in read]
+    assert None not in got and got == want and len(set(want)) > 2
+
+
 def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
     """Scoring only the rows the prefilter keeps and the items the probe index and the score bounds let
-    through gives the same flags as scoring every item of the reference in every row."""
+    through (with the stricter checks' shares from the prefilter where it computed them) gives the same
+    flags and scores as scoring every item of the reference in every row."""
     cases = fixture_cases()[::3]
     rows = write_jsonl(tmp_path / "rows.jsonl", [c["row"] for c in cases])
 
@@ -284,8 +337,7 @@ def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
     monkeypatch.setattr(C.SimpleIndex, "_codes", lambda self, grams, allowed=None: every)
     monkeypatch.setattr(C.SimpleIndex, "_candidates", lambda self, row, codes: {
         i for i, it in enumerate(self.items) if it.weights and it.q_total > 0})
-    monkeypatch.setattr(Alone, "bound", lambda self, i, distinct: 1.0)
-    monkeypatch.setattr(Prefilter, "keep", lambda self, rows: [set(every)] * len(rows))
+    monkeypatch.setattr(Prefilter, "keep", lambda self, rows: [dict.fromkeys(every)] * len(rows))
     original = C.SimpleIndex.__init__
 
     def init(self, *a, **kw):

@@ -12,7 +12,7 @@ it; a match either reading gives at the judge's bar is labelled `judge`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 
 from aci.contamination.inputs import RefItem, Row
@@ -39,7 +39,6 @@ from aci.contamination.rules import (
 from aci.contamination.stricter import ANSWER_ALONE, JUDGE, QUESTION_ALONE, Alone, Probe
 from aci.contamination.text import Tokens, clean, encoding
 
-SURE = 1e-6  # a best share this far above its bar is above it in every order of summing
 BATCH = 1024  # rows the prefilter takes at once: its arrays stay a few MB, reused by the allocator (at 4096
 # they were returned to the system and faulted in again each batch, 0.3 CPU-s per 100,000 rows)
 
@@ -125,21 +124,27 @@ class SimpleIndex(JudgeScan):
     def scan_rows(self, rows: Iterable[Row]) -> Iterator[tuple[Row, list[Match]]]:
         """Each row with the items it matches. Rows go through the prefilter a batch at a time, and only
         those it keeps are scanned, for the (item, check) pairs it lets through: the others cannot flag
-        them (`prefilter`)."""
+        them (`prefilter`). A row kept only for stricter checks whose shares the prefilter has computed
+        is decided by those shares, without a scan."""
         from aci.contamination.prefilter import Prefilter  # numpy, loaded only when a check runs
 
         prefilter = Prefilter(self)
         rows = iter(rows)
         while batch := list(islice(rows, BATCH)):
-            for r, codes in zip(batch, prefilter.keep(batch), strict=True):
-                yield r, self.scan_row(r, codes) if codes else []
+            for r, allowed in zip(batch, prefilter.keep(batch), strict=True):
+                if not allowed:
+                    yield r, []
+                elif None in allowed.values():
+                    yield r, self.scan_row(r, allowed)
+                else:
+                    yield r, list(self._alone(allowed, {}, []).values())
 
-    def _codes(self, grams: list[tuple], allowed: set[int] | None = None) -> set[int]:
+    def _codes(self, grams: list[tuple], allowed: Mapping[int, float | None] | None = None) -> set[int]:
         post = self.probe.post
         codes = {c for g in post.keys() & grams for c in post[g]}
-        return codes if allowed is None else codes & allowed
+        return codes if allowed is None else codes & allowed.keys()
 
-    def scan_row(self, r: Row, allowed: set[int] | None = None) -> list[Match]:
+    def scan_row(self, r: Row, allowed: Mapping[int, float | None] | None = None) -> list[Match]:
         tokens = self.tokens
         if r.tool_text is None:
             return self.scan(tokens(clean(r.text)), allowed=allowed)
@@ -147,11 +152,12 @@ class SimpleIndex(JudgeScan):
         return self.scan(tokens(clean(r.text)), (lambda: tokens(tool)) if r.tool_inside else tokens(tool), allowed)
 
     def scan(self, toks: list[int], tool: list[int] | Callable[[], list[int]] | None = None,
-             allowed: set[int] | None = None) -> list[Match]:
+             allowed: Mapping[int, float | None] | None = None) -> list[Match]:
         """Every item `toks` (a row's texts) matches. `tool`: the tokens of what the judge's tool would
         read of the row, when that differs, scanned the judge's way too; a callable is called only when
         `toks` could match (its text is inside the row's). `allowed`: the probe codes the prefilter let
-        through (any other fails its bound here too), else all."""
+        through (any other fails its bound here too), each with the share of its stricter check where
+        the prefilter computed it, else all."""
         row = RowView(toks)
         codes = self._codes(row.grams, allowed)
         if not codes and not isinstance(tool, list):
@@ -170,20 +176,25 @@ class SimpleIndex(JudgeScan):
         for i, m in self._judge(row, rest, 1).items() if rest else ():
             if i not in found:
                 found[i] = Match(m.item, m.score, m.required, "stricter", "combined", m.question, m.answer, m.passage)
+        shares = {c: allowed.get(c) for c in codes} if allowed is not None else dict.fromkeys(codes)
+        return list(self._alone(shares, found, row.grams).values())
+
+    def _alone(self, shares: Mapping[int, float | None], found: dict[int, Match], grams: list[tuple]) -> dict[int, Match]:
+        """`found` with the stricter checks alone added for the items it lacks, in code order: each check's
+        share from `shares`, or from the row's n-grams `grams` where that is None."""
         ids: dict[int, list] = {}  # the row's n-grams as each check's ids
-        for code in codes:
+        for code in sorted(shares):
             i, kind = divmod(code, 3)
             if kind == JUDGE or i in found:
                 continue
             check = self.alone[kind]
-            if kind not in ids:
-                ids[kind] = check.ids(row.grams)
-            share = check.best(i, ids[kind])
-            bar = check.need[i] - EPS
-            # The bound (never less than the best share, but summed in another order) decides only a
-            # share at its bar: one clearly above it leaves the bound above it too
-            if share >= bar and (share >= bar + SURE or check.bound(i, row.distinct) >= bar):
+            share = shares[code]
+            if share is None:
+                if kind not in ids:
+                    ids[kind] = check.ids(grams)
+                share = check.best(i, ids[kind])
+            if share >= check.need[i] - EPS:
                 part = "question" if kind == QUESTION_ALONE else "answer"
                 found[i] = Match(self.items[i].ref, share, check.need[i], "stricter", part,
                                  share if kind == QUESTION_ALONE else 0.0, share if kind == ANSWER_ALONE else None)
-        return list(found.values())
+        return found

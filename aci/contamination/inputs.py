@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from aci.contamination.text import clean
@@ -93,7 +94,9 @@ class RefItem:
     def name(self) -> str:
         return self.id if self.id is not None else f"#{self.index}"
 
+    @cached_property
     def excerpt(self) -> str:
+        """A short excerpt of the item; once per item, since a report names the same items many times."""
         text = " ".join((self.question or self.answer or self.passage).split())
         return text if len(text) <= EXCERPT else text[:EXCERPT - 3] + "..."
 

@@ -10,11 +10,17 @@ question n-grams found anywhere in the row reaches the item's question floor and
 counted by the IDF share of its 3-grams found anywhere in the row and the passage (or a short answer)
 counted as fully found, the weighted score reaches the item's bar (what `JudgeScan._candidates`
 requires, with the passage and short answer counted as found); for a check alone, the share of its
-n-grams found anywhere (`Alone.bound`). The same pairs and bounds are computed here on 64-bit hashes of
-the n-grams: equal n-grams have equal hashes, so every n-gram the exact check finds is found here, and a
-collision can only find one more, raising the bound. A row none of whose pairs reaches its bar (lowered by a margin for
-float sums in another order) cannot be flagged; every other row is scanned exactly as before, so the
-verdicts are the same (tested, also with a hash that collides on purpose).
+n-grams found anywhere. The same pairs and bounds are computed here on 64-bit hashes of the n-grams:
+equal n-grams have equal hashes, so every n-gram the exact check finds is found here, and a collision
+can only find one more, raising the bound. A row none of whose pairs reaches its bar (lowered by a
+margin for float sums in another order) cannot be flagged; every other row is scanned exactly as
+before, so the verdicts are the same (tested, also with a hash that collides on purpose).
+
+A stricter check alone is also decided here, for a row's own text: its best share within one run of
+matches (`Alone.best`), from the n-grams found whose tokens are the key's own (so a collision counts
+for nothing), summed over integer weights, so the number is the scan's to the bit. A row kept only for
+such checks skips the scan (`SimpleIndex.scan_rows`): in a training set in the test items' style that
+is most kept rows, each of which cost the scan about 0.2 ms in Python.
 
 The tokens of a cleaned text are those of its words in order (`text.Tokens`), so each distinct word is
 tokenised once and a batch's tokens are gathered from a table (`wordids`: the batch's words as ids
@@ -30,7 +36,7 @@ import numpy as np
 
 from aci.contamination.inputs import Row
 from aci.contamination.lookup import SortedHashes
-from aci.contamination.rules import A_N, EPS, Q_N, relaxed
+from aci.contamination.rules import A_N, EPS, Q_MAX_MISSES, Q_N, relaxed
 from aci.contamination.stricter import JUDGE
 from aci.contamination.wordids import WordIds
 
@@ -69,6 +75,12 @@ class Grams:
         keys, key_of = np.unique(hashes, return_inverse=True)
         self.keys, self.n_keys = SortedHashes(keys), len(keys)
         self.key = dict(zip(grams, key_of.tolist(), strict=True))
+        # each key's tokens (column k: its k-th token), to tell a key from an n-gram whose hash equals it;
+        # None when two of the n-grams share a hash, and then nothing is decided from the keys alone
+        self.key_toks = None
+        if len(keys) == len(grams):
+            self.key_toks = np.empty((n, len(keys)), np.uint64)
+            self.key_toks[:, key_of] = flat.reshape(-1, n).T
         self.dense = np.zeros(max(DENSE_CELLS, len(keys)), bool)  # `shares`' table, all False between calls
         counts = np.array([len(s) for s in sets], np.int64)
         self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -142,30 +154,47 @@ class Prefilter:
         self.probe_codes = np.array([c for _, c in probe], np.int64)
         self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.q.n_keys + 1))
         self.words = WordIds(index.tokens)  # word -> its tokens
+        # the stricter checks' n-grams as sorted code * n_keys + key, with their integer weights, for
+        # `alone_shares` (which runs only where these sums are exact in float64)
+        self.alone = np.array([c[0] != JUDGE for c in checks], bool)
+        owner = np.repeat(np.arange(self.n_codes), np.diff(self.q.start))
+        mine = self.alone[owner]
+        cells = owner[mine] * self.q.n_keys + self.q.code_keys[mine]
+        order = np.argsort(cells, kind="stable")
+        self.alone_cells = np.append(cells[order], np.iinfo(np.int64).max)  # and one that no lookup equals
+        self.alone_w = self.q.code_w[mine][order]
+        self.exact = self.q.key_toks is not None and (self.norm[self.alone].max(initial=0) < 2.0 ** 53)
 
-    def keep(self, rows: list[Row]) -> list[set[int] | None]:
+    def keep(self, rows: list[Row]) -> list[dict[int, float | None] | None]:
         """Per row: None when it cannot be flagged, else the probe codes (3 * item + check) whose bars its
-        texts reach, the only ones the scan can flag it by."""
-        texts, owner = [], []
+        texts reach, the only ones the scan can flag it by, each with its stricter check's share in the
+        row's text where computed here (else None)."""
+        texts, owner, main = [], [], []
         for k, r in enumerate(rows):
             texts.append(r.text)
             owner.append(k)
+            main.append(True)
             if r.tool_text is not None and not r.tool_inside:
                 texts.append(r.tool_text)
                 owner.append(k)
-        out: list[set[int] | None] = [None] * len(rows)
-        text, code = self.survivors(texts)
-        for t, c in zip(text.tolist(), code.tolist(), strict=True):
+                main.append(False)
+        out: list[dict[int, float | None] | None] = [None] * len(rows)
+        text, code, share = self.survivors(texts, np.array(main, bool))
+        for t, c, s in zip(text.tolist(), code.tolist(), share.tolist(), strict=True):
             k = owner[t]
             if out[k] is None:
-                out[k] = set()
-            out[k].add(self.probe_code[c])
+                out[k] = {}
+            if s == s:  # not NaN: the share in the row's own text
+                out[k][self.probe_code[c]] = s
+            else:
+                out[k].setdefault(self.probe_code[c], None)
         return out
 
-    def survivors(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The (text, dense code) pairs whose bar the text reaches."""
+    def survivors(self, texts: list[str], main: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The (text, dense code) pairs whose bar the text reaches, with the exact share of each pair of a
+        stricter check in a `main` text (NaN for the others)."""
         n = len(texts)
-        out = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        out = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
         ids, per_text = self.words.ids(texts)
         lengths = self.words.length[ids]
         ends = np.cumsum(lengths)
@@ -178,13 +207,12 @@ class Prefilter:
         tok_text = np.repeat(np.arange(n), np.diff(text_end, prepend=0))
         m = total - Q_N + 1
         inside = tok_text[:m] == tok_text[Q_N - 1:]  # n-grams that do not cross into the next text
-        hashes = hash_grams([toks[k:k + m] for k in range(Q_N)])[inside]
-        found, pos = self.q.keys.find(hashes)
-        text, key = tok_text[:m][inside][found], pos[found]  # every (text, key) held, repeats included
+        found, pos = self.q.keys.find(hash_grams([toks[k:k + m] for k in range(Q_N)])[inside])
+        at, key = np.flatnonzero(inside)[found], pos[found]  # every n-gram held: where it starts, its key
+        text = tok_text[at]
         # (text, code) pairs the probe names
         counts = self.probe_start[key + 1] - self.probe_start[key]
-        at = _ranges(self.probe_start[key], counts)
-        pairs = np.unique(np.repeat(text * self.n_codes, counts) + self.probe_codes[at])
+        pairs = np.unique(np.repeat(text * self.n_codes, counts) + self.probe_codes[_ranges(self.probe_start[key], counts)])
         if not len(pairs):
             return out
         held_text, held_key = text, key
@@ -197,7 +225,40 @@ class Prefilter:
         if len(t):
             answer = self.answer_shares(toks, tok_text, text[t], code[t])
             ok[t] = self.w_q[code[t]] * share[t] + self.w_a[code[t]] * answer + self.rest_a[code[t]] >= self.need[code[t]]
-        return text[ok], code[ok]
+        text, code = text[ok], code[ok]
+        exact = np.full(len(code), np.nan)
+        if self.exact:
+            t = np.flatnonzero(self.alone[code] & main[text])
+            exact[t] = self.alone_shares(toks, at, held_text, held_key, text[t], code[t])
+        return text, code, exact
+
+    def alone_shares(self, toks, at, held_text, key, text, code) -> np.ndarray:
+        """Per (text, stricter code) pair: the code's best share within one run of matches in the text,
+        the number `Alone.best` gives. `at`, `held_text`, `key`: where each n-gram found in the keys
+        starts, its text and key, in order."""
+        first = np.searchsorted(held_text, text)
+        counts = np.searchsorted(held_text, text, "right") - first
+        e = _ranges(first, counts)  # each pair's n-grams found, in order
+        pair = np.repeat(np.arange(len(text)), counts)
+        cell = np.repeat(code * self.q.n_keys, counts) + key[e]
+        w = np.searchsorted(self.alone_cells, cell)
+        mine = self.alone_cells[w] == cell  # the code holds the n-gram's key
+        e, pair, w = e[mine], pair[mine], w[mine]
+        for k in range(Q_N):  # and the n-gram is the key's own, not one whose hash only equals it
+            same = toks[at[e] + k] == self.q.key_toks[k][key[e]]
+            e, pair, w = e[same], pair[same], w[same]
+        best = np.zeros(len(text))
+        if not len(e):
+            return best
+        # runs: a new one at each pair and after more than Q_MAX_MISSES positions without a match
+        new = np.ones(len(e), bool)
+        new[1:] = (pair[1:] != pair[:-1]) | (np.diff(at[e]) > Q_MAX_MISSES)
+        run = np.cumsum(new) - 1
+        # each run's distinct n-grams, weighed: sums of integers below 2^53, exact in any order
+        cells, one = np.unique(run * self.q.n_keys + key[e], return_index=True)
+        sums = np.bincount(cells // self.q.n_keys, weights=self.alone_w[w[one]], minlength=int(run[-1]) + 1)
+        np.maximum.at(best, pair[new], sums)
+        return best / self.norm[code]
 
     def answer_shares(self, toks, tok_text, text, code) -> np.ndarray:
         """Per (text, code) pair: the IDF share of the code's answer 3-grams found anywhere in the text."""

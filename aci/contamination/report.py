@@ -25,7 +25,7 @@ class Match:
 
     def as_dict(self, refs: list[RefItem]) -> dict:
         ref = refs[self.item]
-        out = {"reference": ref.name, "item": ref.index, "line": ref.line, "excerpt": ref.excerpt(),
+        out = {"reference": ref.name, "item": ref.index, "line": ref.line, "excerpt": ref.excerpt,
                "label": self.label, "component": self.component, "score": round(self.score, 4),
                "required": round(self.required, 4), "question": round(self.question, 4)}
         if self.answer is not None:

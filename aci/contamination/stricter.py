@@ -6,7 +6,7 @@ trace, so a few checks go beyond the judge's algorithm:
   samples (a prefix such as "User:" or a dropped system prompt shifts them); run by the index with the
   judge's own scan.
 - `question`: the question alone, when it has >= 20 tokens and >= 4 unique words: the best IDF share
-  (IDF ln(1 + N / df), so a single-item reference still counts) of its 5-grams in one run of matches
+  (IDF ln(1 + N / df), so a single-item reference still counts; kept as an integer, see `Alone`) of its 5-grams in one run of matches
   (gaps of at most 11 positions), against 1.0 at 20 tokens relaxed to the threshold at 50.
 - `answer`: a worked answer (>= 20 tokens, >= 4 unique words) alone, the same way with its 5-grams.
 These run only where an item could pass: the row's n-grams are looked up once in the probe index, which
@@ -20,11 +20,16 @@ import math
 import re
 from collections.abc import Iterable
 
-from aci.contamination.rules import EPS, Q_MAX_MISSES, doc_freq, fewest
+from aci.contamination.rules import EPS, Q_MAX_MISSES, doc_freq
 
 # A run of matches: matched positions (byte 1) at most Q_MAX_MISSES apart, i.e. with at most
 # Q_MAX_MISSES - 1 unmatched positions (byte 0) between two of them
 _RUN = re.compile(b"\\x01(?:\\x00{0,%d}\\x01)*" % (Q_MAX_MISSES - 1))
+
+# The stricter checks' IDF weights are integers in units of 1 / SCALE (an IDF of 1 is 2^30, of a
+# million-item reference's rarest n-gram under 2^34): exact in Python, and in numpy's float64 sums of
+# up to 2^53, half a million n-grams per item (the prefilter checks)
+SCALE = 1 << 30
 
 # The checks a probe code names: code = 3 * item + check
 JUDGE, QUESTION_ALONE, ANSWER_ALONE = 0, 1, 2
@@ -50,15 +55,17 @@ class Probe:
 
 
 class Alone:
-    """A stricter check: one field of each item alone (question or worked answer), as 5-grams."""
+    """A stricter check: one field of each item alone (question or worked answer), as 5-grams.
+
+    Its IDF weights are integers, in units of 1 / SCALE, so a share is the same number in whatever order
+    its weights are summed: the prefilter computes it for a whole batch with numpy, the scan with Python
+    sets, and the two agree to the bit."""
 
     def __init__(self, sets: dict[int, frozenset], need: dict[int, float], n_refs: int):
         self.sets, self.need = sets, need
         df = doc_freq(sets.values())
-        self.idf = {g: math.log(1 + n_refs / d) for g, d in df.items()}
-        weight = self.idf.__getitem__
-        self.norm = {i: sum(map(weight, s)) for i, s in sets.items()}
-        self.fewest = {i: fewest(map(weight, s), (need[i] - EPS) * self.norm[i]) for i, s in sets.items()}
+        self.idf = {g: round(SCALE * math.log(1 + n_refs / d)) for g, d in df.items()}
+        self.norm = {i: sum(map(self.idf.__getitem__, s)) for i, s in sets.items()}
         # The same sets and weights over n-gram ids, for `best`: an int hashes for free, a 5-tuple does not
         self.id = {g: k for k, g in enumerate(self.idf)}
         self.weight = list(self.idf.values())
@@ -67,13 +74,6 @@ class Alone:
     def ids(self, grams: list[tuple]) -> list[int | None]:
         """A row's n-grams as this check's ids (None for an n-gram no item holds), for `best`."""
         return list(map(self.id.get, grams))
-
-    def bound(self, i: int, distinct: set[tuple]) -> float:
-        """The share of item i's n-grams found anywhere in the row: no run can hold more."""
-        found = distinct.intersection(self.sets[i])
-        if len(found) < self.fewest[i] or not self.norm[i]:
-            return 0.0
-        return sum(map(self.idf.__getitem__, found)) / self.norm[i]
 
     def best(self, i: int, ids: list[int | None]) -> float:
         """The best share of item i's n-grams within one run of matches, from the row's n-grams as ids
@@ -84,4 +84,4 @@ class Alone:
             return 0.0
         weight = self.weight.__getitem__
         runs = _RUN.finditer(bytes(map(s.__contains__, ids)))
-        return max((sum(map(weight, s.intersection(ids[m.start():m.end()]))) for m in runs), default=0.0) / norm
+        return max((sum(map(weight, s.intersection(ids[m.start():m.end()]))) for m in runs), default=0) / norm
