@@ -45,11 +45,14 @@ class Probe:
     def add(self, code: int, grams: Iterable[tuple], idf: dict[tuple, float], total: float, need: float) -> None:
         may_miss = total * (1 - need) + 2 * EPS * total
         acc = 0.0
-        for neg, g in sorted([(-idf[g], g) for g in grams]):  # rarest first, ties by n-gram
-            if neg >= 0:
+        # Rarest first; n-grams of equal weight in the set's order: any n-grams weighing more than the
+        # check may miss prune exactly, so which of them are chosen changes no verdict
+        for g in sorted(grams, key=idf.__getitem__, reverse=True):
+            w = idf[g]
+            if w <= 0:
                 break
             self.post.setdefault(g, []).append(code)
-            acc -= neg
+            acc += w
             if acc > may_miss:
                 break
 
