@@ -282,7 +282,7 @@ def test_the_prefilters_stricter_shares_are_the_scans_to_the_bit(monkeypatch, tm
 
     def best(row: int, code: int) -> float:
         check = index.alone[code % 3]
-        return check.best(code // 3, check.ids(ngrams(index.tokens(C.clean(rows[row].text)), 5)))
+        return check.best(code // 3, ngrams(index.tokens(C.clean(rows[row].text)), 5))
 
     exact = shares(Prefilter(index))
     assert sum(s is not None for s in exact.values()) > 100
@@ -316,7 +316,7 @@ def test_the_prefilters_runs_break_where_the_scans_do(tmp_path):
     read = list(C.training_rows(rows))
     check = index.alone[1]
     got = [allowed.get(3 * 0 + 1) if allowed else None for allowed in Prefilter(index).keep(read)]
-    want = [check.best(0, check.ids(ngrams(index.tokens(C.clean(r.text)), 5))) for r in read]
+    want = [check.best(0, ngrams(index.tokens(C.clean(r.text)), 5)) for r in read]
     assert None not in got and got == want and len(set(want)) > 2
 
 

@@ -64,7 +64,8 @@ class SimpleIndex(JudgeScan):
                     continue
                 seen.add(r.duplicate_key)
             words = set(" ".join(p for p in c if p).split())
-            if len(words) < MIN_UNIQUE_WORDS or sum(t != space for t in (*p_toks, *q_toks, *a_toks)) < MIN_TOKENS:
+            toks = p_toks + q_toks + a_toks
+            if len(words) < MIN_UNIQUE_WORDS or len(toks) - toks.count(space) < MIN_TOKENS:
                 self.skipped.append(r.name)
                 continue
             present = tuple(f for f, v in (("question", r.question), ("answer", r.answer), ("passage", r.passage))
@@ -182,7 +183,6 @@ class SimpleIndex(JudgeScan):
     def _alone(self, shares: Mapping[int, float | None], found: dict[int, Match], grams: list[tuple]) -> dict[int, Match]:
         """`found` with the stricter checks alone added for the items it lacks, in code order: each check's
         share from `shares`, or from the row's n-grams `grams` where that is None."""
-        ids: dict[int, list] = {}  # the row's n-grams as each check's ids
         for code in sorted(shares):
             i, kind = divmod(code, 3)
             if kind == JUDGE or i in found:
@@ -190,9 +190,7 @@ class SimpleIndex(JudgeScan):
             check = self.alone[kind]
             share = shares[code]
             if share is None:
-                if kind not in ids:
-                    ids[kind] = check.ids(grams)
-                share = check.best(i, ids[kind])
+                share = check.best(i, grams)
             if share >= check.need[i] - EPS:
                 part = "question" if kind == QUESTION_ALONE else "answer"
                 found[i] = Match(self.items[i].ref, share, check.need[i], "stricter", part,

@@ -69,22 +69,14 @@ class Alone:
         df = doc_freq(sets.values())
         self.idf = {g: round(SCALE * math.log(1 + n_refs / d)) for g, d in df.items()}
         self.norm = {i: sum(map(self.idf.__getitem__, s)) for i, s in sets.items()}
-        # The same sets and weights over n-gram ids, for `best`: an int hashes for free, a 5-tuple does not
-        self.id = {g: k for k, g in enumerate(self.idf)}
-        self.weight = list(self.idf.values())
-        self.id_sets = {i: frozenset(map(self.id.__getitem__, s)) for i, s in sets.items()}
 
-    def ids(self, grams: list[tuple]) -> list[int | None]:
-        """A row's n-grams as this check's ids (None for an n-gram no item holds), for `best`."""
-        return list(map(self.id.get, grams))
-
-    def best(self, i: int, ids: list[int | None]) -> float:
-        """The best share of item i's n-grams within one run of matches, from the row's n-grams as ids
-        (`ids`). The row's positions become one byte each (1: the item holds that n-gram), so the runs are
-        found by a regular expression in C rather than position by position in Python."""
-        s, norm = self.id_sets[i], self.norm[i]
+    def best(self, i: int, grams: list[tuple]) -> float:
+        """The best share of item i's n-grams within one run of matches in a row's n-grams `grams`. The
+        row's positions become one byte each (1: the item holds that n-gram), so the runs are found by a
+        regular expression in C rather than position by position in Python."""
+        s, norm = self.sets[i], self.norm[i]
         if not norm:
             return 0.0
-        weight = self.weight.__getitem__
-        runs = _RUN.finditer(bytes(map(s.__contains__, ids)))
-        return max((sum(map(weight, s.intersection(ids[m.start():m.end()]))) for m in runs), default=0) / norm
+        weight = self.idf.__getitem__
+        runs = _RUN.finditer(bytes(map(s.__contains__, grams)))
+        return max((sum(map(weight, s.intersection(grams[m.start():m.end()]))) for m in runs), default=0) / norm
