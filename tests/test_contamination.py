@@ -23,6 +23,7 @@ from aci import manifest, registry
 from aci.contamination import prefilter, text, wordids
 from aci.contamination.prefilter import Prefilter
 from aci.contamination.rules import field_weights, ngrams
+from aci.contamination.stricter import QUESTION_ALONE
 from aci.context import Context
 from aci.errors import ACIError
 from aci.tasks import row_texts
@@ -314,8 +315,8 @@ def test_the_prefilters_runs_break_where_the_scans_do(tmp_path):
         {"text": " ".join(words[:20] + ["x"] * k + words[20:])} for k in range(21)])
     index = C.SimpleIndex(list(C.reference_items(ref)))
     read = list(C.training_rows(rows))
-    check = index.alone[1]
-    got = [allowed.get(3 * 0 + 1) if allowed else None for allowed in Prefilter(index).keep(read)]
+    check = index.alone[QUESTION_ALONE]
+    got = [allowed.get(3 * 0 + QUESTION_ALONE) if allowed else None for allowed in Prefilter(index).keep(read)]
     want = [check.best(0, ngrams(index.tokens(C.clean(r.text)), 5)) for r in read]
     assert None not in got and got == want and len(set(want)) > 2
 

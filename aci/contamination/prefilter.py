@@ -24,8 +24,9 @@ is most kept rows, each of which cost the scan about 0.2 ms in Python.
 
 The tokens of a cleaned text are those of its words in order (`text.Tokens`), so each distinct word is
 tokenised once and a batch's tokens are gathered from a table (`wordids`: the batch's words as ids
-without a Python string per word); its n-gram hashes are looked up in the keys through `lookup`. A row is checked on its texts and, when
-the judge's tool would read text that is not inside them, on that text too.
+without a Python string per word); its n-gram hashes are looked up in the keys through `lookup`. A row
+is checked on its texts and, when the judge's tool would read text that is not inside them, on that
+text too.
 """
 
 from __future__ import annotations
@@ -208,14 +209,15 @@ class Prefilter:
         m = total - Q_N + 1
         inside = tok_text[:m] == tok_text[Q_N - 1:]  # n-grams that do not cross into the next text
         found, pos = self.q.keys.find(hash_grams([toks[k:k + m] for k in range(Q_N)])[inside])
-        at, key = np.flatnonzero(inside)[found], pos[found]  # every n-gram held: where it starts, its key
-        text = tok_text[at]
+        # every n-gram held: where it starts, its text and its key
+        at, held_key = np.flatnonzero(inside)[found], pos[found]
+        held_text = tok_text[at]
         # (text, code) pairs the probe names
-        counts = self.probe_start[key + 1] - self.probe_start[key]
-        pairs = np.unique(np.repeat(text * self.n_codes, counts) + self.probe_codes[_ranges(self.probe_start[key], counts)])
+        counts = self.probe_start[held_key + 1] - self.probe_start[held_key]
+        pairs = np.unique(np.repeat(held_text * self.n_codes, counts)
+                          + self.probe_codes[_ranges(self.probe_start[held_key], counts)])
         if not len(pairs):
             return out
-        held_text, held_key = text, key
         text, code = np.divmod(pairs, self.n_codes)
         # each pair's share: the weights of the code's n-grams that the text holds
         share = self.q.shares(held_text, held_key, text, code) / self.norm[code]
@@ -243,19 +245,20 @@ class Prefilter:
         cell = np.repeat(code * self.q.n_keys, counts) + key[e]
         w = np.searchsorted(self.alone_cells, cell)
         mine = self.alone_cells[w] == cell  # the code holds the n-gram's key
-        e, pair, w = e[mine], pair[mine], w[mine]
-        for k in range(Q_N):  # and the n-gram is the key's own, not one whose hash only equals it
-            same = toks[at[e] + k] == self.q.key_toks[k][key[e]]
-            e, pair, w = e[same], pair[same], w[same]
+        start, key, pair, w = at[e[mine]], key[e[mine]], pair[mine], w[mine]
+        same = np.ones(len(key), bool)  # and the n-gram is the key's own, not one whose hash only equals it
+        for k in range(Q_N):
+            same &= toks[start + k] == self.q.key_toks[k][key]
+        start, key, pair, w = start[same], key[same], pair[same], w[same]
         best = np.zeros(len(text))
-        if not len(e):
+        if not len(key):
             return best
         # runs: a new one at each pair and after more than Q_MAX_MISSES positions without a match
-        new = np.ones(len(e), bool)
-        new[1:] = (pair[1:] != pair[:-1]) | (np.diff(at[e]) > Q_MAX_MISSES)
+        new = np.ones(len(key), bool)
+        new[1:] = (pair[1:] != pair[:-1]) | (np.diff(start) > Q_MAX_MISSES)
         run = np.cumsum(new) - 1
         # each run's distinct n-grams, weighed: sums of integers below 2^53, exact in any order
-        cells, one = np.unique(run * self.q.n_keys + key[e], return_index=True)
+        cells, one = np.unique(run * self.q.n_keys + key, return_index=True)
         sums = np.bincount(cells // self.q.n_keys, weights=self.alone_w[w[one]], minlength=int(run[-1]) + 1)
         np.maximum.at(best, pair[new], sums)
         return best / self.norm[code]

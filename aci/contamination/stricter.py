@@ -6,8 +6,9 @@ trace, so a few checks go beyond the judge's algorithm:
   samples (a prefix such as "User:" or a dropped system prompt shifts them); run by the index with the
   judge's own scan.
 - `question`: the question alone, when it has >= 20 tokens and >= 4 unique words: the best IDF share
-  (IDF ln(1 + N / df), so a single-item reference still counts; kept as an integer, see `Alone`) of its 5-grams in one run of matches
-  (gaps of at most 11 positions), against 1.0 at 20 tokens relaxed to the threshold at 50.
+  (IDF ln(1 + N / df), so a single-item reference still counts; kept as an integer, see `Alone`) of
+  its 5-grams in one run of matches (gaps of at most 11 positions), against 1.0 at 20 tokens relaxed to
+  the threshold at 50.
 - `answer`: a worked answer (>= 20 tokens, >= 4 unique words) alone, the same way with its 5-grams.
 These run only where an item could pass: the row's n-grams are looked up once in the probe index, which
 holds, per item and check, just enough of its rarest n-grams that a row holding none of them cannot

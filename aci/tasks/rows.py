@@ -68,7 +68,7 @@ def _jsonl_rows(path: Path, f) -> Iterator[tuple[int, dict]]:
                 seen = True
                 yield n, row
                 continue
-        except (UnicodeDecodeError, StopIteration, ValueError):
+        except (StopIteration, ValueError):  # bad UTF-8 and broken JSON are ValueErrors
             pass
         text = _decode_line(path, n, raw)
         if not text.strip():
