@@ -23,7 +23,7 @@ from aci import manifest, registry
 from aci.contamination import prefilter, text, wordids
 from aci.contamination.prefilter import Prefilter
 from aci.contamination.rules import field_weights, ngrams
-from aci.contamination.stricter import QUESTION_ALONE
+from aci.contamination.stricter import QUESTION_ALONE, Code
 from aci.context import Context
 from aci.errors import ACIError
 from aci.tasks import row_texts
@@ -279,11 +279,11 @@ def test_the_prefilters_stricter_shares_are_the_scans_to_the_bit(monkeypatch, tm
 
     def shares(pf: Prefilter) -> dict[tuple[int, int], float | None]:
         return {(r.index, code): s for r, allowed in zip(rows, pf.keep(rows), strict=True) if allowed
-                for code, s in allowed.items() if code % 3}
+                for code, s in allowed.items() if Code.split(code)[1]}
 
     def best(row: int, code: int) -> float:
-        check = index.alone[code % 3]
-        return check.best(code // 3, ngrams(index.tokens(C.clean(rows[row].text)), 5))
+        item, kind = Code.split(code)
+        return index.alone[kind].best(item, ngrams(index.tokens(C.clean(rows[row].text)), 5))
 
     exact = shares(Prefilter(index))
     assert sum(s is not None for s in exact.values()) > 100
@@ -316,7 +316,7 @@ def test_the_prefilters_runs_break_where_the_scans_do(tmp_path):
     index = C.SimpleIndex(list(C.reference_items(ref)))
     read = list(C.training_rows(rows))
     check = index.alone[QUESTION_ALONE]
-    got = [allowed.get(3 * 0 + QUESTION_ALONE) if allowed else None for allowed in Prefilter(index).keep(read)]
+    got = [allowed.get(Code.of(0, QUESTION_ALONE)) if allowed else None for allowed in Prefilter(index).keep(read)]
     want = [check.best(0, ngrams(index.tokens(C.clean(r.text)), 5)) for r in read]
     assert None not in got and got == want and len(set(want)) > 2
 
@@ -343,7 +343,7 @@ def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
 
     def init(self, *a, **kw):
         original(self, *a, **kw)
-        every[:] = [3 * i + kind for kind, check in self.alone.items() for i in check.sets]
+        every[:] = [Code.of(i, kind) for kind, check in self.alone.items() for i in check.sets]
 
     monkeypatch.setattr(C.SimpleIndex, "__init__", init)
     assert run() == fast and len(fast) > 150

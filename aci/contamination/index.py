@@ -36,7 +36,7 @@ from aci.contamination.rules import (
     ngrams,
     relaxed,
 )
-from aci.contamination.stricter import ANSWER_ALONE, JUDGE, QUESTION_ALONE, Alone, Probe
+from aci.contamination.stricter import ANSWER_ALONE, JUDGE, QUESTION_ALONE, Alone, Code, Probe
 from aci.contamination.text import Tokens, clean, encoding
 
 BATCH = 1024  # rows the prefilter takes at once: its arrays stay a few MB, reused by the allocator (at 4096
@@ -108,7 +108,7 @@ class SimpleIndex(JudgeScan):
             for g in it.q_set:
                 self.q_post.setdefault(g, set()).add(i)
             if it.q_total > 0 and it.weights:
-                self.probe.add(3 * i + JUDGE, it.q_set, self.q_idf, it.q_total, it.q_floor)
+                self.probe.add(Code.of(i, JUDGE), it.q_set, self.q_idf, it.q_total, it.q_floor)
             ref = refs[it.ref]
             if it.q_len >= MIN_TOKENS and len(set(clean(ref.question).split())) >= MIN_UNIQUE_WORDS:
                 q_alone[i], q_need[i] = it.q_set, relaxed(it.q_len, threshold)
@@ -117,7 +117,7 @@ class SimpleIndex(JudgeScan):
         self.alone = {QUESTION_ALONE: Alone(q_alone, q_need, n), ANSWER_ALONE: Alone(a_alone, a_need, n)}
         for kind, check in self.alone.items():
             for i, s in check.sets.items():
-                self.probe.add(3 * i + kind, s, check.idf, check.norm[i], check.need[i])
+                self.probe.add(Code.of(i, kind), s, check.idf, check.norm[i], check.need[i])
 
     def __len__(self) -> int:
         return len(self.items)
@@ -184,7 +184,7 @@ class SimpleIndex(JudgeScan):
         """`found` with the stricter checks alone added for the items it lacks, in code order: each check's
         share from `shares`, or from the row's n-grams `grams` where that is None."""
         for code in sorted(shares):
-            i, kind = divmod(code, 3)
+            i, kind = Code.split(code)
             if kind == JUDGE or i in found:
                 continue
             check = self.alone[kind]

@@ -34,7 +34,7 @@ from aci.contamination.rules import (
     ngrams,
     relaxed,
 )
-from aci.contamination.stricter import JUDGE
+from aci.contamination.stricter import JUDGE, Code
 
 
 @dataclass
@@ -100,7 +100,7 @@ class JudgeScan:
         Only they are scored; the judge's verdict on any other item is known to be no."""
         out = set()
         for code in codes:
-            i, kind = divmod(code, 3)
+            i, kind = Code.split(code)
             if kind != JUDGE or i in out:
                 continue
             it = self.items[i]

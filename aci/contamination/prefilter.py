@@ -32,13 +32,15 @@ text too.
 from __future__ import annotations
 
 from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 
 from aci.contamination.inputs import Row
+from aci.contamination.judge import Item
 from aci.contamination.lookup import SortedHashes
 from aci.contamination.rules import A_N, EPS, Q_MAX_MISSES, Q_N, relaxed
-from aci.contamination.stricter import JUDGE
+from aci.contamination.stricter import JUDGE, Code
 from aci.contamination.wordids import WordIds
 
 MARGIN = 1e-6  # the bars are lowered by this much: float sums here run in another order than the scan's
@@ -120,30 +122,43 @@ class Grams:
         return out
 
 
+class Bars(NamedTuple):
+    """One probe code's n-grams and the bars the prefilter bounds it by."""
+
+    check: int  # stricter.Check
+    item: int
+    grams: frozenset  # its question 5-grams (a check alone: its field's 5-grams)
+    idf: dict  # their weights
+    norm: float  # their total weight
+    floor: float  # the share of it a row must hold
+    w_question: float  # the question's weight in the score
+    w_rest: float  # the other fields', counted as fully found
+    need: float  # the score the row must reach
+    answer: Item | None = None  # the item, when its long answer is bounded by its 3-grams' share too
+
+
 class Prefilter:
     """The index's probe codes and bounds as arrays: `keep(rows)` says which rows the scan must see."""
 
     def __init__(self, index):
-        checks = [(JUDGE, i, it.q_set, index.q_idf, it.q_total, it.q_floor, it.weights["question"],
-                   sum(w for f, w in it.weights.items() if f != "question"), relaxed(it.cum_len, index.threshold))
+        checks = [Bars(JUDGE, i, it.q_set, index.q_idf, it.q_total, it.q_floor, it.weights["question"],
+                       sum(w for f, w in it.weights.items() if f != "question"), relaxed(it.cum_len, index.threshold),
+                       it if "answer" in it.weights and not it.a_short and it.a_total > 0 else None)
                   for i, it in enumerate(index.items) if it.q_total > 0 and it.weights]
-        # judge codes whose answer share is bounded here too (a long answer: its 3-grams' IDF share)
-        answer = [index.items[c[1]] for c in checks]
-        answer = [it if "answer" in it.weights and not it.a_short and it.a_total > 0 else None for it in answer]
-        checks += [(kind, i, s, check.idf, check.norm[i], check.need[i], 1.0, 0.0, check.need[i])
+        checks += [Bars(kind, i, s, check.idf, check.norm[i], check.need[i], 1.0, 0.0, check.need[i])
                    for kind, check in index.alone.items() for i, s in check.sets.items() if check.norm[i] > 0]
-        answer += [None] * (len(checks) - len(answer))
-        self.q = Grams(Q_N, [c[2] for c in checks], [c[3] for c in checks])
-        self.a = Grams(A_N, [it.a_set if it else frozenset() for it in answer], [index.a_idf] * len(checks))
-        code_of = {3 * c[1] + c[0]: k for k, c in enumerate(checks)}
-        self.probe_code = [3 * c[1] + c[0] for c in checks]  # dense code -> the probe's code
+        self.q = Grams(Q_N, [c.grams for c in checks], [c.idf for c in checks])
+        self.a = Grams(A_N, [c.answer.a_set if c.answer else frozenset() for c in checks], [index.a_idf] * len(checks))
+        self.probe_code = [Code.of(c.item, c.check) for c in checks]  # dense code -> the probe's code
+        code_of = {code: k for k, code in enumerate(self.probe_code)}
         self.n_codes = len(checks)
         # each code's bars
-        self.norm = np.array([c[4] for c in checks], np.float64)
-        self.floor = np.array([c[5] for c in checks], np.float64) - EPS - MARGIN
-        self.w_q = np.array([c[6] for c in checks], np.float64)
-        self.rest = np.array([c[7] for c in checks], np.float64)
-        self.need = np.array([c[8] for c in checks], np.float64) - EPS - MARGIN
+        self.norm = np.array([c.norm for c in checks], np.float64)
+        self.floor = np.array([c.floor for c in checks], np.float64) - EPS - MARGIN
+        self.w_q = np.array([c.w_question for c in checks], np.float64)
+        self.rest = np.array([c.w_rest for c in checks], np.float64)
+        self.need = np.array([c.need for c in checks], np.float64) - EPS - MARGIN
+        answer = [c.answer for c in checks]
         self.tracked = np.array([it is not None for it in answer], bool)
         self.w_a = np.array([it.weights["answer"] if it else 0.0 for it in answer], np.float64)
         self.a_total = np.array([it.a_total if it else 1.0 for it in answer], np.float64)
@@ -157,7 +172,7 @@ class Prefilter:
         self.words = WordIds(index.tokens)  # word -> its tokens
         # the stricter checks' n-grams as sorted code * n_keys + key, with their integer weights, for
         # `alone_shares` (which runs only where these sums are exact in float64)
-        self.alone = np.array([c[0] != JUDGE for c in checks], bool)
+        self.alone = np.array([c.check != JUDGE for c in checks], bool)
         owner = np.repeat(np.arange(self.n_codes), np.diff(self.q.start))
         mine = self.alone[owner]
         cells = owner[mine] * self.q.n_keys + self.q.code_keys[mine]
@@ -165,9 +180,8 @@ class Prefilter:
         self.alone_cells = np.append(cells[order], np.iinfo(np.int64).max)  # and one that no lookup equals
         self.alone_w = self.q.code_w[mine][order]
         self.exact = self.q.key_toks is not None and (self.norm[self.alone].max(initial=0) < 2.0 ** 53)
-
     def keep(self, rows: list[Row]) -> list[dict[int, float | None] | None]:
-        """Per row: None when it cannot be flagged, else the probe codes (3 * item + check) whose bars its
+        """Per row: None when it cannot be flagged, else the probe codes (`Code`) whose bars its
         texts reach, the only ones the scan can flag it by, each with its stricter check's share in the
         row's text where computed here (else None)."""
         texts, owner, main = [], [], []

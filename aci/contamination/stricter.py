@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from enum import IntEnum
 
 from aci.contamination.rules import EPS, Q_MAX_MISSES, doc_freq
 
@@ -32,8 +33,33 @@ _RUN = re.compile(b"\\x01(?:\\x00{0,%d}\\x01)*" % (Q_MAX_MISSES - 1))
 # up to 2^53, half a million n-grams per item (the prefilter checks)
 SCALE = 1 << 30
 
-# The checks a probe code names: code = 3 * item + check
-JUDGE, QUESTION_ALONE, ANSWER_ALONE = 0, 1, 2
+
+
+class Check(IntEnum):
+    """The checks an (item, check) probe code names."""
+
+    JUDGE = 0  # the judge's weighted score
+    QUESTION_ALONE = 1
+    ANSWER_ALONE = 2
+
+
+JUDGE, QUESTION_ALONE, ANSWER_ALONE = Check
+
+
+class Code:
+    """(item, check) pairs as one int, `len(Check) * item + check`: the probe index and the prefilter file
+    millions of them in dicts and numpy arrays, where a tuple per pair would cost an object each."""
+
+    WIDTH = len(Check)
+
+    @staticmethod
+    def of(item: int, check: int) -> int:
+        return Code.WIDTH * item + check
+
+    @staticmethod
+    def split(code: int) -> tuple[int, int]:
+        """(item, check) of a code."""
+        return divmod(code, Code.WIDTH)
 
 
 class Probe:
