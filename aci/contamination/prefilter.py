@@ -95,11 +95,12 @@ class Grams:
     def shares(self, held_text: np.ndarray, held_key: np.ndarray, text: np.ndarray, code: np.ndarray) -> np.ndarray:
         """Per (text, code) pair, `text` sorted, each code with at least one n-gram: the weight of the
         code's n-grams that the text holds (`held_text`, `held_key`: every n-gram a text holds, repeats
-        allowed).
+        allowed, `held_text` sorted).
 
         The texts' n-grams are flagged in a table of n_keys flags per text, so each of the codes' n-grams
         is looked up with one gather; the table is kept between calls (filling fresh pages cost more than
-        the lookups) and cleared where it was set, and texts that do not fit in it are taken in turns."""
+        the lookups) and cleared where it was set, and texts that do not fit in it are taken in turns, each
+        turn flagging only its own texts' n-grams (a slice, `held_text` being sorted)."""
         out = np.zeros(len(code))
         if not len(code):
             return out
@@ -110,8 +111,9 @@ class Grams:
             chosen = texts[first:first + turn]
             rank[chosen] = np.arange(len(chosen))
             a, b = np.searchsorted(text, [chosen[0], chosen[-1] + 1])
-            mine = rank[held_text]
-            cells = (mine * self.n_keys + held_key)[mine >= 0]
+            lo, hi = np.searchsorted(held_text, [chosen[0], chosen[-1] + 1])
+            mine = rank[held_text[lo:hi]]
+            cells = (mine * self.n_keys + held_key[lo:hi])[mine >= 0]
             self.dense[cells] = True
             counts = self.start[code[a:b] + 1] - self.start[code[a:b]]
             at = _ranges(self.start[code[a:b]], counts)
