@@ -16,6 +16,7 @@ One module per concern, so each can be read against the judge's rules on its own
 - `judge`: the judge's scan itself (seeds, clusters, question/answer/passage scores).
 - `stricter`: the stricter extras, and the probe index that prunes exactly.
 - `prefilter`: the same pruning for thousands of rows at once (numpy), before any row is scanned.
+- `short`: the items too short for the judge's algorithm, sought by exact and normalised match.
 - `wordids`, `lookup`: the prefilter's word table and hash lookup, without a Python object per word.
 - `ngram13`: mode `ngram13`, any shared 13-word sequence.
 - `report`: matches and the report; `check` below runs a mode over a file.
@@ -34,13 +35,13 @@ from contextlib import contextmanager
 from aci.contamination.index import SimpleIndex
 from aci.contamination.inputs import RefItem, Row, reference_fields, reference_items, tool_text, training_rows
 from aci.contamination.ngram13 import LongNgramIndex
-from aci.contamination.report import Match, Report
+from aci.contamination.report import LABELS, Match, Report
 from aci.contamination.rules import JUDGE_THRESHOLD, relaxed
 from aci.contamination.text import Tokens, clean, encoding
 from aci.errors import ACIError
 
 MODES = ("simple", "ngram13")
-__all__ = ["MODES", "JUDGE_THRESHOLD", "LongNgramIndex", "Match", "RefItem", "Report", "Row", "SimpleIndex",
+__all__ = ["LABELS", "MODES", "JUDGE_THRESHOLD", "LongNgramIndex", "Match", "RefItem", "Report", "Row", "SimpleIndex",
            "Tokens", "check", "clean", "encoding", "reference_fields", "reference_items", "relaxed", "tool_text",
            "training_rows"]
 
@@ -76,11 +77,11 @@ def _check(reference: Iterable[RefItem], rows: Iterable[Row], mode: str, thresho
     refs = list(reference)
     report = Report(mode=mode, references=len(refs))
     index = SimpleIndex(refs, threshold, enc) if mode == "simple" else LongNgramIndex(refs)
-    report.indexed, report.skipped = len(index), index.skipped
+    report.indexed, report.skipped, report.coverage = len(index), index.skipped, index.coverage()
     for r, matches in index.scan_rows(rows):
         report.rows += 1
         if matches:
-            matches.sort(key=lambda m: (m.label != "judge", -m.score, m.item))
+            matches.sort(key=lambda m: (LABELS.index(m.label), -m.score, m.item))
             report.flagged.append({"row": r.index, "line": r.line, "id": r.id, "label": matches[0].label,
                                    "score": round(matches[0].score, 4),
                                    "matches": [m.as_dict(refs) for m in matches[:keep_matches]]})

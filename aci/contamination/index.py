@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import cached_property
 from itertools import islice
 
 from aci.contamination.inputs import RefItem, Row
@@ -51,22 +52,24 @@ class SimpleIndex(JudgeScan):
         self.tokens = Tokens(self.enc)
         self.threshold = threshold
         self.refs = refs
-        self.skipped: list[str] = []
+        self.skipped_at: list[int] = []  # the reference items the judge skips (too short, a repeated fingerprint)
+        self.cleaned: list[tuple[str, str, str]] = []  # each item's question, answer and passage, cleaned
         self.items: list[Item] = []
         space = self.enc.encode_ordinary(" ")[0]
         seen: set[str] = set()
         for r in refs:
             c = (clean(r.passage), clean(r.question), clean(r.answer))
+            self.cleaned.append((c[1], c[2], c[0]))
             p_toks, q_toks, a_toks = map(self.tokens, c)  # the fields joined are these tokens in a row
             if r.duplicate_key is not None:
                 if r.duplicate_key in seen:
-                    self.skipped.append(r.name)
+                    self.skipped_at.append(r.index)
                     continue
                 seen.add(r.duplicate_key)
             words = set(" ".join(p for p in c if p).split())
             toks = p_toks + q_toks + a_toks
             if len(words) < MIN_UNIQUE_WORDS or len(toks) - toks.count(space) < MIN_TOKENS:
-                self.skipped.append(r.name)
+                self.skipped_at.append(r.index)
                 continue
             present = tuple(f for f, v in (("question", r.question), ("answer", r.answer), ("passage", r.passage))
                             if v.strip())
@@ -122,23 +125,54 @@ class SimpleIndex(JudgeScan):
     def __len__(self) -> int:
         return len(self.items)
 
+    @property
+    def skipped(self) -> list[str]:
+        return [self.refs[i].name for i in self.skipped_at]
+
+    @cached_property
+    def prefilter(self):
+        from aci.contamination.prefilter import Prefilter  # numpy, loaded only when a check runs
+
+        return Prefilter(self)
+
+    def coverage(self) -> dict[str, int]:
+        """Reference items per rule: checked by the judge's, by exact match (short ones the judge skips), and
+        by neither."""
+        short = self.prefilter.short
+        return {"judge": len(self.items), "short": len(short.checked), "unchecked": len(short.unchecked)}
+
     def scan_rows(self, rows: Iterable[Row]) -> Iterator[tuple[Row, list[Match]]]:
         """Each row with the items it matches. Rows go through the prefilter a batch at a time, and only
         those it keeps are scanned, for the (item, check) pairs it lets through: the others cannot flag
         them (`prefilter`). A row kept only for stricter checks whose shares the prefilter has computed
-        is decided by those shares, without a scan."""
-        from aci.contamination.prefilter import Prefilter  # numpy, loaded only when a check runs
-
-        prefilter = Prefilter(self)
+        is decided by those shares, without a scan. The prefilter also finds the short items' copies
+        (`short`)."""
+        prefilter = self.prefilter
         rows = iter(rows)
         while batch := list(islice(rows, BATCH)):
-            for r, allowed in zip(batch, prefilter.keep(batch), strict=True):
+            kept, found = prefilter.check(batch)
+            for r, allowed, extra in zip(batch, kept, found, strict=True):
                 if not allowed:
-                    yield r, []
+                    matches = []
                 elif None in allowed.values():
-                    yield r, self.scan_row(r, allowed)
+                    matches = self.scan_row(r, allowed)
                 else:
-                    yield r, list(self._alone(allowed, {}, []).values())
+                    matches = list(self._alone(allowed, {}, []).values())
+                yield r, (matches + self._extra(r, extra, {m.item for m in matches})) if extra else matches
+
+    def _extra(self, r: Row, extra: list[tuple[str, int, str, float, float]], have: set[int]) -> list[Match]:
+        """The prefilter's short matches of a row as Matches, one per item the row does not match already:
+        `exact` when the item's question is in the row as written."""
+        out: dict[int, Match] = {}
+        for label, item, component, score, required in sorted(extra, key=lambda e: (e[0] != "short", -e[3])):
+            if item in have or item in out:
+                continue
+            if label == "short":
+                question = self.refs[item].question.strip()
+                written = bool(question) and any(question in t for t in (r.text, r.tool_text) if t)
+                component = "exact" if written else "normalised"
+            out[item] = Match(item, score, required, label, component)
+        return list(out.values())
 
     def _codes(self, grams: list[tuple], allowed: Mapping[int, float | None] | None = None) -> set[int]:
         post = self.probe.post

@@ -1,4 +1,5 @@
-"""Where millions of 64-bit hashes are in a sorted table, at about one gather each.
+"""Where millions of 64-bit hashes are in a sorted table, at about one gather each (and `ranges`, the
+gather of many slices that every batch step uses).
 
 Why: `np.searchsorted` of five million n-gram hashes into the prefilter's keys was its costliest step
 (a binary search per value, each step a cache miss). Here the keys' top bits index buckets (eight to
@@ -41,3 +42,10 @@ class SortedHashes:
             pos[rest] = at
             found[rest] = self.padded[at] == values[rest]
         return found, pos
+
+
+def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The elements of the ranges [starts, starts + counts), one range after another: the gather of many
+    variable-length slices in one call."""
+    first = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum())) + np.repeat(starts - first, counts)

@@ -40,6 +40,9 @@ class LongNgramIndex:
     def __len__(self) -> int:
         return len(self.items)
 
+    def coverage(self) -> dict[str, int]:
+        return {"ngram13": len(self.items), "unchecked": len(self.skipped)}
+
     def scan_row(self, r: Row) -> list[Match]:
         return self.scan(clean(r.text).split())
 

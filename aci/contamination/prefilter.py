@@ -38,8 +38,9 @@ import numpy as np
 
 from aci.contamination.inputs import Row
 from aci.contamination.judge import Item
-from aci.contamination.lookup import SortedHashes
+from aci.contamination.lookup import SortedHashes, ranges
 from aci.contamination.rules import A_N, EPS, Q_MAX_MISSES, Q_N, relaxed
+from aci.contamination.short import ShortIndex
 from aci.contamination.stricter import JUDGE, Code
 from aci.contamination.wordids import WordIds
 
@@ -58,12 +59,6 @@ def hash_grams(cols: list[np.ndarray]) -> np.ndarray:
     h ^= h >> np.uint64(29)
     h *= _MIX
     return h
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The elements of the ranges [starts, starts + counts), one range after another."""
-    first = np.cumsum(counts) - counts
-    return np.arange(int(counts.sum())) + np.repeat(starts - first, counts)
 
 
 class Grams:
@@ -116,7 +111,7 @@ class Grams:
             cells = (mine * self.n_keys + held_key[lo:hi])[mine >= 0]
             self.dense[cells] = True
             counts = self.start[code[a:b] + 1] - self.start[code[a:b]]
-            at = _ranges(self.start[code[a:b]], counts)
+            at = ranges(self.start[code[a:b]], counts)
             hit = self.dense[np.repeat(rank[text[a:b]] * self.n_keys, counts) + self.code_keys[at]]
             out[a:b] = np.add.reduceat(self.code_w[at] * hit, np.cumsum(counts) - counts)
             self.dense[cells] = False
@@ -171,7 +166,12 @@ class Prefilter:
                        if code in code_of)
         self.probe_codes = np.array([c for _, c in probe], np.int64)
         self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.q.n_keys + 1))
-        self.words = WordIds(index.tokens)  # word -> its tokens
+        # word -> its tokens, the reference's words first, for the checks that read word ids
+        fields = [tuple(f.split() for f in c) for c in index.cleaned]  # each item's question, answer, passage
+        vocab = sorted({w for f in fields for words in f for w in words})
+        key = {w: k for k, w in enumerate(vocab)}
+        self.words = WordIds(index.tokens, vocab)
+        self.short = ShortIndex(fields, index.skipped_at, key)
         # the stricter checks' n-grams as sorted code * n_keys + key, with their integer weights, for
         # `alone_shares` (which runs only where these sums are exact in float64)
         self.alone = np.array([c.check != JUDGE for c in checks], bool)
@@ -182,10 +182,16 @@ class Prefilter:
         self.alone_cells = np.append(cells[order], np.iinfo(np.int64).max)  # and one that no lookup equals
         self.alone_w = self.q.code_w[mine][order]
         self.exact = self.q.key_toks is not None and (self.norm[self.alone].max(initial=0) < 2.0 ** 53)
+
     def keep(self, rows: list[Row]) -> list[dict[int, float | None] | None]:
-        """Per row: None when it cannot be flagged, else the probe codes (`Code`) whose bars its
-        texts reach, the only ones the scan can flag it by, each with its stricter check's share in the
-        row's text where computed here (else None)."""
+        """Per row: None when it cannot be flagged by the judge's or the stricter checks, else the probe
+        codes (`Code`) whose bars its texts reach, the only ones the scan can flag it by, each with its
+        stricter check's share in the row's text where computed here (else None)."""
+        return self.check(rows)[0]
+
+    def check(self, rows: list[Row]) -> tuple[list[dict[int, float | None] | None], list[list[tuple]]]:
+        """`keep`'s answer, and per row the short items' copies found in it, as (label, item, component,
+        score, required)."""
         texts, owner, main = [], [], []
         for k, r in enumerate(rows):
             texts.append(r.text)
@@ -195,8 +201,10 @@ class Prefilter:
                 texts.append(r.tool_text)
                 owner.append(k)
                 main.append(False)
+        ids, per_text = self.words.ids(texts)
+        main = np.array(main, bool)
         out: list[dict[int, float | None] | None] = [None] * len(rows)
-        text, code, share = self.survivors(texts, np.array(main, bool))
+        text, code, share = self.survivors(ids, per_text, main)
         for t, c, s in zip(text.tolist(), code.tolist(), share.tolist(), strict=True):
             k = owner[t]
             if out[k] is None:
@@ -205,20 +213,24 @@ class Prefilter:
                 out[k][self.probe_code[c]] = s
             else:
                 out[k].setdefault(self.probe_code[c], None)
-        return out
+        found: list[list[tuple]] = [[] for _ in rows]
+        if self.short:
+            for t, i in zip(*(a.tolist() for a in self.short.find(ids, per_text)), strict=True):
+                found[owner[t]].append(("short", i, "", 1.0, 1.0))
+        return out, found
 
-    def survivors(self, texts: list[str], main: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def survivors(self, ids: np.ndarray, per_text: np.ndarray, main: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The (text, dense code) pairs whose bar the text reaches, with the exact share of each pair of a
-        stricter check in a `main` text (NaN for the others)."""
-        n = len(texts)
+        stricter check in a `main` text (NaN for the others); `ids`, `per_text`: the texts' word ids."""
+        n = len(per_text)
         out = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-        ids, per_text = self.words.ids(texts)
         lengths = self.words.length[ids]
         ends = np.cumsum(lengths)
         total = int(ends[-1]) if len(ends) else 0
         if total < Q_N or not self.n_codes:
             return out
-        toks = self.words.flat[_ranges(self.words.offset[ids], lengths)]
+        toks = self.words.flat[ranges(self.words.offset[ids], lengths)]
         word_end = np.cumsum(per_text)
         text_end = np.concatenate([[0], ends])[word_end]
         tok_text = np.repeat(np.arange(n), np.diff(text_end, prepend=0))
@@ -231,7 +243,7 @@ class Prefilter:
         # (text, code) pairs the probe names
         counts = self.probe_start[held_key + 1] - self.probe_start[held_key]
         pairs = np.unique(np.repeat(held_text * self.n_codes, counts)
-                          + self.probe_codes[_ranges(self.probe_start[held_key], counts)])
+                          + self.probe_codes[ranges(self.probe_start[held_key], counts)])
         if not len(pairs):
             return out
         text, code = np.divmod(pairs, self.n_codes)
@@ -256,7 +268,7 @@ class Prefilter:
         starts, its text and key, in order."""
         first = np.searchsorted(held_text, text)
         counts = np.searchsorted(held_text, text, "right") - first
-        e = _ranges(first, counts)  # each pair's n-grams found, in order
+        e = ranges(first, counts)  # each pair's n-grams found, in order
         pair = np.repeat(np.arange(len(text)), counts)
         cell = np.repeat(code * self.q.n_keys, counts) + key[e]
         w = np.searchsorted(self.alone_cells, cell)

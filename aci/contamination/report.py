@@ -1,8 +1,9 @@
 """What a check finds: a match of one row against one reference item, and the report over a file.
 
 Why apart: every mode (the judge's, the stricter extras, ngram13) reports in these terms, and the tool
-writes them to the manifest; `label` says whether the judge's own algorithm flags the row (`judge`) or
-only our stricter checks do (`stricter`), so an agent knows which rows the judge itself would flag.
+writes them to the manifest; `label` says whether the judge's own algorithm flags the row (`judge`), only
+our stricter checks do (`stricter`), or it copies a test item too short for the judge (`short`), so an
+agent knows which rows the judge's tool itself would flag.
 """
 
 from __future__ import annotations
@@ -11,14 +12,18 @@ from dataclasses import dataclass, field
 
 from aci.contamination.inputs import RefItem
 
+# Labels, strongest first: the judge's algorithm; our stricter checks; a short item's copy
+LABELS = ("judge", "stricter", "short")
+
 
 @dataclass
 class Match:
     item: int  # position of the reference item (its RefItem.index)
     score: float
     required: float
-    label: str  # "judge": the judge's algorithm flags it; "stricter": only our extra checks do
-    component: str  # "combined" (the judge's weighted score), "question" or "answer" (alone), "ngram13"
+    label: str  # one of LABELS
+    component: str  # "combined" (the judge's weighted score), "question" or "answer" (alone), "ngram13";
+    # short: "exact" or "normalised"
     question: float = 0.0
     answer: float | None = None
     passage: float | None = None
@@ -41,7 +46,8 @@ class Report:
     rows: int = 0
     references: int = 0
     indexed: int = 0
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # the items the judge's algorithm skips
+    coverage: dict[str, int] = field(default_factory=dict)  # reference items per rule that checked them
     flagged: list[dict] = field(default_factory=list)  # {"row", "line", "id", "label", "score", "matches"}
 
     @property

@@ -56,10 +56,13 @@ def split(texts: list[str]) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
 
 
 class WordIds:
-    """word -> id, id -> its tokens (`flat[offset:offset + length]`), filled as words are met."""
+    """word -> id, id -> its tokens (`flat[offset:offset + length]`), filled as words are met. The
+    `pinned` words (the reference's) take ids 0, 1, ... in their order, also after the table starts
+    over, so that an id below `len(pinned)` is that reference word for the checks that read ids."""
 
-    def __init__(self, tokens):
+    def __init__(self, tokens, pinned: list[str] = ()):
         self.tokens = tokens  # text.Tokens: " " + word -> cl100k tokens
+        self.pinned = list(pinned)
         self.clear()
 
     def clear(self) -> None:
@@ -72,6 +75,9 @@ class WordIds:
         self.t_lo, self.t_hi = np.zeros(1, np.uint64), np.zeros(1, np.uint64)
         self.t_len, self.t_id = np.full(1, -1, np.int64), np.full(1, -1, np.int64)
         self.table = SortedHashes(np.zeros(0, np.uint64))
+        if self.pinned:
+            self.ids([" ".join(self.pinned)])
+            assert [self.word_id[w] for w in self.pinned] == list(range(len(self.pinned)))
 
     def ids(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The ids of the texts' cleaned words in order, and how many words each text has."""
