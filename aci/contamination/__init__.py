@@ -17,6 +17,7 @@ One module per concern, so each can be read against the judge's rules on its own
 - `stricter`: the stricter extras, and the probe index that prunes exactly.
 - `prefilter`: the same pruning for thousands of rows at once (numpy), before any row is scanned.
 - `short`: the items too short for the judge's algorithm, sought by exact and normalised match.
+- `close`: rows that closely resemble one test item (its story or its numbers), weighed by rarity.
 - `wordids`, `lookup`: the prefilter's word table and hash lookup, without a Python object per word.
 - `ngram13`: mode `ngram13`, any shared 13-word sequence.
 - `report`: matches and the report; `check` below runs a mode over a file.
@@ -35,13 +36,13 @@ from contextlib import contextmanager
 from aci.contamination.index import SimpleIndex
 from aci.contamination.inputs import RefItem, Row, reference_fields, reference_items, tool_text, training_rows
 from aci.contamination.ngram13 import LongNgramIndex
-from aci.contamination.report import LABELS, Match, Report
+from aci.contamination.report import COPIES, LABELS, Match, Report
 from aci.contamination.rules import JUDGE_THRESHOLD, relaxed
 from aci.contamination.text import Tokens, clean, encoding
 from aci.errors import ACIError
 
 MODES = ("simple", "ngram13")
-__all__ = ["LABELS", "MODES", "JUDGE_THRESHOLD", "LongNgramIndex", "Match", "RefItem", "Report", "Row", "SimpleIndex",
+__all__ = ["COPIES", "LABELS", "MODES", "JUDGE_THRESHOLD", "LongNgramIndex", "Match", "RefItem", "Report", "Row", "SimpleIndex",
            "Tokens", "check", "clean", "encoding", "reference_fields", "reference_items", "relaxed", "tool_text",
            "training_rows"]
 
@@ -65,7 +66,8 @@ def _without_cycle_collection() -> Iterator[None]:
 
 def check(reference: Iterable[RefItem], rows: Iterable[Row], mode: str = "simple",
           threshold: float = JUDGE_THRESHOLD, enc=None, keep_matches: int = 5) -> Report:
-    """Index `reference` once, stream `rows`, and return every flagged row with its matches (best first)."""
+    """Index `reference` once, stream `rows`, and return every flagged row (and, apart, every close row)
+    with its matches (best first)."""
     if mode not in MODES:
         raise ACIError(f"unknown contamination mode {mode!r}; use one of {', '.join(MODES)}")
     with _without_cycle_collection():
@@ -82,7 +84,7 @@ def _check(reference: Iterable[RefItem], rows: Iterable[Row], mode: str, thresho
         report.rows += 1
         if matches:
             matches.sort(key=lambda m: (LABELS.index(m.label), -m.score, m.item))
-            report.flagged.append({"row": r.index, "line": r.line, "id": r.id, "label": matches[0].label,
-                                   "score": round(matches[0].score, 4),
-                                   "matches": [m.as_dict(refs) for m in matches[:keep_matches]]})
+            entry = {"row": r.index, "line": r.line, "id": r.id, "label": matches[0].label,
+                     "score": round(matches[0].score, 4), "matches": [m.as_dict(refs) for m in matches[:keep_matches]]}
+            (report.flagged if matches[0].label in COPIES else report.close).append(entry)
     return report

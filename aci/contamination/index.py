@@ -136,17 +136,18 @@ class SimpleIndex(JudgeScan):
         return Prefilter(self)
 
     def coverage(self) -> dict[str, int]:
-        """Reference items per rule: checked by the judge's, by exact match (short ones the judge skips), and
-        by neither."""
+        """Reference items per rule: checked by the judge's, by exact match (short ones the judge skips), for
+        close variants, and by neither of the first two."""
         short = self.prefilter.short
-        return {"judge": len(self.items), "short": len(short.checked), "unchecked": len(short.unchecked)}
+        return {"judge": len(self.items), "short": len(short.checked), "close": self.prefilter.close.checked,
+                "unchecked": len(short.unchecked)}
 
     def scan_rows(self, rows: Iterable[Row]) -> Iterator[tuple[Row, list[Match]]]:
         """Each row with the items it matches. Rows go through the prefilter a batch at a time, and only
         those it keeps are scanned, for the (item, check) pairs it lets through: the others cannot flag
         them (`prefilter`). A row kept only for stricter checks whose shares the prefilter has computed
-        is decided by those shares, without a scan. The prefilter also finds the short items' copies
-        (`short`)."""
+        is decided by those shares, without a scan. The prefilter also finds the short items' copies and
+        the close variants (`short`, `close`)."""
         prefilter = self.prefilter
         rows = iter(rows)
         while batch := list(islice(rows, BATCH)):
@@ -161,8 +162,8 @@ class SimpleIndex(JudgeScan):
                 yield r, (matches + self._extra(r, extra, {m.item for m in matches})) if extra else matches
 
     def _extra(self, r: Row, extra: list[tuple[str, int, str, float, float]], have: set[int]) -> list[Match]:
-        """The prefilter's short matches of a row as Matches, one per item the row does not match already:
-        `exact` when the item's question is in the row as written."""
+        """The prefilter's short and close matches of a row as Matches, one per item the row does not match
+        already: a short item's is `exact` when its question is in the row as written."""
         out: dict[int, Match] = {}
         for label, item, component, score, required in sorted(extra, key=lambda e: (e[0] != "short", -e[3])):
             if item in have or item in out:

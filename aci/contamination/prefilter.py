@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from aci.contamination.close import COMPONENTS, CloseIndex
 from aci.contamination.inputs import Row
 from aci.contamination.judge import Item
 from aci.contamination.lookup import SortedHashes, ranges
@@ -172,6 +173,7 @@ class Prefilter:
         key = {w: k for k, w in enumerate(vocab)}
         self.words = WordIds(index.tokens, vocab)
         self.short = ShortIndex(fields, index.skipped_at, key)
+        self.close = CloseIndex(fields, key)
         # the stricter checks' n-grams as sorted code * n_keys + key, with their integer weights, for
         # `alone_shares` (which runs only where these sums are exact in float64)
         self.alone = np.array([c.check != JUDGE for c in checks], bool)
@@ -190,8 +192,8 @@ class Prefilter:
         return self.check(rows)[0]
 
     def check(self, rows: list[Row]) -> tuple[list[dict[int, float | None] | None], list[list[tuple]]]:
-        """`keep`'s answer, and per row the short items' copies found in it, as (label, item, component,
-        score, required)."""
+        """`keep`'s answer, and per row the short items' copies and the close variants found in it, as
+        (label, item, component, score, required)."""
         texts, owner, main = [], [], []
         for k, r in enumerate(rows):
             texts.append(r.text)
@@ -217,6 +219,8 @@ class Prefilter:
         if self.short:
             for t, i in zip(*(a.tolist() for a in self.short.find(ids, per_text)), strict=True):
                 found[owner[t]].append(("short", i, "", 1.0, 1.0))
+        for t, i, c, s, need in zip(*(a.tolist() for a in self.close.find(ids, per_text, main)), strict=True):
+            found[owner[t]].append(("close", i, COMPONENTS[c], s, need))
         return out, found
 
     def survivors(self, ids: np.ndarray, per_text: np.ndarray, main: np.ndarray

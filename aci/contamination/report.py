@@ -2,8 +2,8 @@
 
 Why apart: every mode (the judge's, the stricter extras, ngram13) reports in these terms, and the tool
 writes them to the manifest; `label` says whether the judge's own algorithm flags the row (`judge`), only
-our stricter checks do (`stricter`), or it copies a test item too short for the judge (`short`), so an
-agent knows which rows the judge's tool itself would flag.
+our stricter checks do (`stricter`), it copies a test item too short for the judge (`short`), or it
+only resembles one (`close`), so an agent knows which rows the judge's tool itself would flag.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from aci.contamination.inputs import RefItem
 
-# Labels, strongest first: the judge's algorithm; our stricter checks; a short item's copy
-LABELS = ("judge", "stricter", "short")
+# Labels, strongest first: the judge's algorithm; our stricter checks; a short item's copy; a close variant
+LABELS = ("judge", "stricter", "short", "close")
+COPIES = LABELS[:3]  # a row with one of these holds a test item; `close` only resembles one
 
 
 @dataclass
@@ -23,7 +24,7 @@ class Match:
     required: float
     label: str  # one of LABELS
     component: str  # "combined" (the judge's weighted score), "question" or "answer" (alone), "ngram13";
-    # short: "exact" or "normalised"
+    # short: "exact" or "normalised"; close: "story" or "numbers"
     question: float = 0.0
     answer: float | None = None
     passage: float | None = None
@@ -49,6 +50,7 @@ class Report:
     skipped: list[str] = field(default_factory=list)  # the items the judge's algorithm skips
     coverage: dict[str, int] = field(default_factory=dict)  # reference items per rule that checked them
     flagged: list[dict] = field(default_factory=list)  # {"row", "line", "id", "label", "score", "matches"}
+    close: list[dict] = field(default_factory=list)  # rows that only resemble test items, the same way
 
     @property
     def judge_flagged(self) -> int:
