@@ -372,7 +372,8 @@ def test_labels_say_whether_the_judge_flags_the_row(workdir):
                              ("answer-leak-bakery", "answer")):
         assert by_id[alone]["label"] == "stricter" and first[alone]["component"] == component
     assert out.judge_flagged == sum(r["label"] == "judge" for r in out.contaminated)
-    assert out.stricter_flagged == out.flagged - out.judge_flagged > 0
+    assert out.stricter_flagged > 0 and out.short_flagged == 1 and by_id["copy-short"]["label"] == "short"
+    assert out.stricter_flagged + out.short_flagged == out.flagged - out.judge_flagged
     assert {"style-florist", "chat-haiku", "fragment-train", "rewrite-charity"}.isdisjoint(by_id)
     assert "[judge]: test item bakery" in out.summary() and "A bakery sells muffins" in out.summary()
 
@@ -430,7 +431,7 @@ def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(wo
     write_jsonl(workdir / "other.jsonl", [{"question": f"An unrelated question about {n} blue kites flying over the "
                                                       f"harbour on a windy day: how many are left after a storm?",
                                           "answer": "seven"} for n in ("seven", "nine")])
-    (workdir / "tiny.jsonl").write_text('{"question": "What is 7 times 8?", "answer": "56"}\n')
+    (workdir / "tiny.jsonl").write_text('{"question": "2 + 2?", "answer": "4"}\n')  # too short for any rule
     strict_card(workdir, reference=ref.name)
     ctx = Context(workdir=workdir)
     assert ctx.card.reference == {"path": str(ref), "sha256": manifest.file_hash(ref)}
@@ -443,7 +444,7 @@ def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(wo
 
     for args, why in (({"reference": "other.jsonl"}, "not the run card's pinned reference"),
                       ({"reference": ref.name, "mode": "ngram13"}, "mode ngram13"),
-                      ({"reference": "tiny.jsonl"}, "0 indexed")):
+                      ({"reference": "tiny.jsonl"}, "0 checked")):
         out = check(workdir, path=str(data), **args)
         assert out.verdict == "pass" and not out.opens_train_gate and why in out.warnings[-1]
         assert why in gate()

@@ -21,10 +21,11 @@ One module per concern, so each can be read against the judge's rules on its own
 - `wordids`, `lookup`: the prefilter's word table and hash lookup, without a Python object per word.
 - `ngram13`: mode `ngram13`, any shared 13-word sequence.
 - `report`: matches and the report; `check` below runs a mode over a file.
+- `verdict`: the policy around a check (what counts, the gate's record, the manifest), the tool's domain.
 
 What no n-gram check can know: a paraphrase written by a model, or data generated from test items; see
-rules/integrity.md. Verdict (`aci.tools.contamination`): `fail` when more rows are flagged than the
-profile tolerates (`contamination.tolerated_rows`).
+rules/integrity.md. Verdict (`verdict`): `fail` when more rows count against the file than the profile
+tolerates (`contamination.tolerated_rows`).
 """
 
 from __future__ import annotations
@@ -36,13 +37,12 @@ from contextlib import contextmanager
 from aci.contamination.index import SimpleIndex
 from aci.contamination.inputs import RefItem, Row, reference_fields, reference_items, tool_text, training_rows
 from aci.contamination.ngram13 import LongNgramIndex
-from aci.contamination.report import COPIES, LABELS, Match, Report
+from aci.contamination.report import COPIES, LABELS, MODES, Match, Mode, Report
 from aci.contamination.rules import JUDGE_THRESHOLD, relaxed
 from aci.contamination.text import Tokens, clean, encoding
 from aci.errors import ACIError
 
-MODES = ("simple", "ngram13")
-__all__ = ["COPIES", "LABELS", "MODES", "JUDGE_THRESHOLD", "LongNgramIndex", "Match", "RefItem", "Report", "Row", "SimpleIndex",
+__all__ = ["COPIES", "LABELS", "MODES", "JUDGE_THRESHOLD", "Mode", "LongNgramIndex", "Match", "RefItem", "Report", "Row", "SimpleIndex",
            "Tokens", "check", "clean", "encoding", "reference_fields", "reference_items", "relaxed", "tool_text",
            "training_rows"]
 
@@ -64,7 +64,7 @@ def _without_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def check(reference: Iterable[RefItem], rows: Iterable[Row], mode: str = "simple",
+def check(reference: Iterable[RefItem], rows: Iterable[Row], mode: Mode = "simple",
           threshold: float = JUDGE_THRESHOLD, enc=None, keep_matches: int = 5) -> Report:
     """Index `reference` once, stream `rows`, and return every flagged row (and, apart, every close row)
     with its matches (best first)."""
@@ -74,7 +74,7 @@ def check(reference: Iterable[RefItem], rows: Iterable[Row], mode: str = "simple
         return _check(reference, rows, mode, threshold, enc, keep_matches)
 
 
-def _check(reference: Iterable[RefItem], rows: Iterable[Row], mode: str, threshold: float, enc,
+def _check(reference: Iterable[RefItem], rows: Iterable[Row], mode: Mode, threshold: float, enc,
            keep_matches: int) -> Report:
     refs = list(reference)
     report = Report(mode=mode, references=len(refs))

@@ -47,6 +47,8 @@ BATCH = 1024  # rows the prefilter takes at once: its arrays stay a few MB, reus
 class SimpleIndex(JudgeScan):
     """The reference items indexed once; `scan(tokens)` scores one training row against all of them."""
 
+    SKIP_RULE = f"under {MIN_TOKENS} tokens or {MIN_UNIQUE_WORDS} unique words, all fields together"
+
     def __init__(self, refs: list[RefItem], threshold: float = JUDGE_THRESHOLD, enc=None):
         self.enc = enc or encoding()
         self.tokens = Tokens(self.enc)

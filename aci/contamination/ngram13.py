@@ -19,6 +19,8 @@ LONG_N = 13
 class LongNgramIndex:
     """Every 13-gram of the items' cleaned words -> items; a row sharing one is contaminated."""
 
+    SKIP_RULE = f"under {LONG_N} words"
+
     def __init__(self, refs: list[RefItem]):
         self.refs = refs
         self.items: list[int] = []

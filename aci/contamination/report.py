@@ -9,9 +9,12 @@ only resembles one (`close`), so an agent knows which rows the judge's tool itse
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from aci.contamination.inputs import RefItem
 
+Mode = Literal["simple", "ngram13"]  # simple: the judge's algorithm and ours around it; ngram13: 13-word overlap
+MODES: tuple[str, ...] = get_args(Mode)
 # Labels, strongest first: the judge's algorithm; our stricter checks; a short item's copy; a close variant
 LABELS = ("judge", "stricter", "short", "close")
 COPIES = LABELS[:3]  # a row with one of these holds a test item; `close` only resembles one

@@ -5,7 +5,7 @@
 * `forbidden-datasets`: neither the data file nor its declared source is on the profile's banned list;
 * `no-test-data`: under a profile that requires it, the data file has a passing contamination result in
   state *for its current content* (the manifest is pinned to the hash of the bytes scanned), in mode
-  `simple`, against the run card's pinned reference with at least one item indexed; the job then
+  `simple`, against the run card's pinned reference with at least one item checked; the job then
   trains only on bytes with that hash (`aci.training.data.pinned_content`);
 * `eval-template`: the template is the one the evaluation renders (the run card's) and renders the data;
 * `final-reserve`: the run, at measured or declared throughput, ends before the deadline minus reserve.
@@ -97,18 +97,20 @@ def check_data(ctx: Context, path: Path, sources: list[str]) -> str:
 
 
 def contamination_gate(ctx: Context, result: dict | None) -> str | None:
-    """Why a contamination result does not let its file be trained on (None: it does). Only a pass of
-    the judges' algorithm (mode simple), against the run card's pinned reference with items indexed,
-    counts: a pass against anything else proves nothing about the benchmark."""
+    """Why a contamination result (`aci.contamination.verdict.Record`, as the manifest holds it) does not let
+    its file be trained on (None: it does). Only a pass of the judges' algorithm (mode simple), against
+    the run card's pinned reference with items checked, counts: a pass against anything else proves
+    nothing about the benchmark."""
     if not result or not result.get("verdict"):
         return "has no contamination result in state"
     if result["verdict"] != "pass":
-        return (f"failed its contamination check ({result.get('flagged', '?')} flagged rows, "
+        return (f"failed its contamination check ({result.get('counted', result.get('flagged', '?'))} rows counted, "
                 f"{result.get('tolerated_rows', '?')} tolerated)")
     if result.get("mode") != "simple":
         return f"passed in mode {result.get('mode')}, not the judges' algorithm (mode simple)"
-    if not result.get("indexed_references"):
-        return "passed against a reference with no item long enough to judge (0 indexed)"
+    coverage = result.get("coverage") or {}
+    if not coverage.get("judge", 0) + coverage.get("short", 0):
+        return "passed against a reference of which no item could be checked (0 checked)"
     pin = ctx.card.reference if ctx.card else None
     if not pin:
         return "was checked, but no benchmark reference is pinned in the run card (`aci plan update --reference`)"
