@@ -14,6 +14,7 @@ from pathlib import Path
 from aci import manifest, records
 from aci import rules as rules_mod
 from aci.clock import parse_deadline, read_timer
+from aci.contamination import shared
 from aci.context import Context
 from aci.errors import ACIError
 from aci.progress import PROFILE_CHANGE
@@ -42,9 +43,12 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
         if "budget_hours" not in fields:
             card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
     card["protected"] = protected_digests(ctx, rules.protected())
-    if "reference" in card:
-        card["reference"] = train_gates.pin_reference(ctx, card["reference"], None)
+    provided = shared.beside(ctx.workdir, shared.ITEMS)  # the task's own test items, when it provides them
+    if "reference" in card or provided:
+        card["reference"] = train_gates.pin_reference(ctx, card.get("reference") or str(provided), None)
     warnings = check_fields(ctx, card)
+    if provided and "reference" not in fields:
+        warnings.append(f"pinned the task's provided test items {provided} as the contamination reference")
     message = f"run card: {card['base_model']} on {card['benchmark']}"
     change = profile_change(ctx, profile)
     if change:

@@ -1,18 +1,24 @@
 """`contamination` beyond the judge's algorithm: every test item checked (short items by exact match, the
-coverage per rule in the report, unchecked items named in the verdict), and close variants of one item and
-only them."""
+coverage per rule in the report, unchecked items named in the verdict), close variants of one item and only
+them, and the task's provided decontamination tool beside the task folder."""
 
 from __future__ import annotations
 
 import json
 import random
 import re
+import shutil
 from pathlib import Path
+
+import pytest
 
 from aci import contamination as C
 from aci import manifest, registry
+from aci.contamination import shared
 from aci.context import Context
+from aci.errors import ACIError
 
+FIXTURES = Path(__file__).parent / "fixtures"
 NAMES = ["Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Ken", "Alexis", "Tina", "Mark", "Randy", "Joy",
          "Carla", "Gerald", "Toula", "Billy", "Greg", "Mandy", "Hasan", "Priya", "Mateo", "Ingrid", "Kofi", "Yuki"]
 OBJECTS = ["apples", "pens", "cards", "shells", "books", "eggs", "cups", "toys", "stamps", "beads"]
@@ -220,3 +226,77 @@ def test_a_long_story_with_its_numbers_changed_is_close(workdir):
     assert [(r["label"], r["matches"][0]["item"], r["matches"][0]["component"]) for r in out.close_rows] == [
         ("close", 0, "story")]
     assert out.close_counted and out.counted == 1 and out.verdict == "fail" and not out.opens_train_gate
+
+
+# -- the task's provided tool -------------------------------------------------------------------------
+@pytest.fixture
+def harness(tmp_path, monkeypatch) -> Path:
+    """A task folder with the test items and the decontamination tool (the stand-in) beside it."""
+    task = tmp_path / "task"
+    task.mkdir()
+    monkeypatch.delenv("ACI_STATE", raising=False)
+    monkeypatch.chdir(task)
+    rng = random.Random(22)
+    items, _ = short_reference(rng, 60)
+    items += [{"question": f"A farmer keeps {n} goats in a barn by the river and sells a third of them every "
+                           f"spring at the county market; how many goats are left after two springs?",
+               "answer": f"Two thirds twice leave four ninths: {n} * 4 / 9 goats remain in the barn."}
+              for n in (135, 270, 405, 540, 675, 810, 945, 1080)]
+    (tmp_path / shared.ITEMS).write_text(json.dumps(items, indent=1))
+    shutil.copy(FIXTURES / "contamination_check.py", tmp_path / shared.TOOL)
+    return task
+
+
+def strict_init(workdir: Path):
+    return registry.call("plan", {"action": "init", "base_model": "base", "benchmark": "gsm8k",
+                                  "profile": "posttrainbench",
+                                  "eval_command": "python evaluate.py --model-path {model_path}"},
+                         Context(workdir=workdir))
+
+
+def test_the_tasks_provided_items_are_pinned_and_its_tool_is_run(harness, monkeypatch):
+    """plan init pins ../test_data.json by itself; under posttrainbench `aci contamination` runs the provided
+    ../contamination_check.py on the same rows as `{"text": prompt + completion}` and records its verdict
+    beside ours; a row only it flags keeps the train gate closed."""
+    from aci.training import gates
+
+    out = strict_init(harness)
+    items = json.loads((harness.parent / shared.ITEMS).read_text())
+    assert out.card["reference"]["path"] == str(harness.parent / shared.ITEMS)
+    assert any("pinned the task's provided test items" in w for w in out.warnings)
+    log = harness / "seen.jsonl"
+    monkeypatch.setenv("STANDIN_LOG", str(log))
+    write_jsonl(harness / "train.jsonl", [{"prompt": "Tell me a joke.", "completion": "Why did the goat cross?"},
+                                          chat("What colour is the sky?", "Blue.")])
+    ok = call(harness, path="train.jsonl")
+    assert ok.reference == str(harness.parent / shared.ITEMS) and ok.verdict == "pass" and ok.opens_train_gate
+    assert ok.shared_tool.verdict == "pass" and "the task's provided tool: pass" in ok.verdict_text
+    assert [json.loads(line)["text"] for line in log.read_text().splitlines()] == [
+        "Tell me a joke.\nWhy did the goat cross?", "What colour is the sky?\nBlue."]
+    answer = items[61]["answer"]  # a worked answer alone, which only the stand-in's cruder rule flags
+    write_jsonl(harness / "train.jsonl", [chat("Explain this step.", answer), chat("Hi", "Hello")])
+    out = call(harness, path="train.jsonl")
+    assert out.flagged == 0 and out.close == 0 and out.shared_tool.verdict == "fail"
+    assert out.shared_tool.lines == [1] and out.counted == 1 and out.verdict == "fail" and not out.opens_train_gate
+    assert "the task's provided tool flagged 1" in out.verdict_text
+    with pytest.raises(ACIError) as e:
+        gates.check_data(Context(workdir=harness), harness / "train.jsonl", [])
+    assert e.value.rule == "no-test-data"
+    assert manifest.current(Context(workdir=harness).state, harness / "train.jsonl")["contamination"][
+        "shared_tool"]["verdict"] == "fail"
+
+
+@pytest.mark.parametrize("body,reason", [
+    ("raise SystemExit('cannot load its vocabulary')", "exited with status 1 and 0 flagged rows"),
+    ("import time\ntime.sleep(30)", "did not finish within"),
+    ("print('not json')\nraise SystemExit(3)", "exited with status 3"),
+])
+def test_a_provided_tool_that_fails_is_not_checked_never_a_pass(harness, monkeypatch, body, reason):
+    (harness.parent / shared.TOOL).write_text(body + "\n")
+    monkeypatch.setattr(shared, "TIMEOUT_S", 1.0)
+    strict_init(harness)
+    write_jsonl(harness / "train.jsonl", [chat("What colour is the sky?", "Blue.")])
+    out = call(harness, path="train.jsonl")
+    assert out.shared_tool.verdict == "not-checked" and reason in out.shared_tool.reason
+    assert "not checked by the task's provided tool" in out.verdict_text and "tool: pass" not in out.verdict_text
+    assert any("not checked by the task's provided contamination_check.py" in w for w in out.warnings)

@@ -22,6 +22,7 @@ One module per concern, so each can be read against the judge's rules on its own
 - `ngram13`: mode `ngram13`, any shared 13-word sequence.
 - `report`: matches and the report; `check` below runs a mode over a file.
 - `verdict`: the policy around a check (what counts, the gate's record, the manifest), the tool's domain.
+- `shared`: the task's provided test items and decontamination tool, beside the task folder.
 
 What no n-gram check can know: a paraphrase written by a model, or data generated from test items; see
 rules/integrity.md. Verdict (`verdict`): `fail` when more rows count against the file than the profile

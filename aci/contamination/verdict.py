@@ -1,7 +1,7 @@
 """A contamination check of one training file, as `train` will count it: the policy around `check`.
 
 Why here, in the domain: the threshold a profile allows, the pinned reference, which rows count against
-the file (copies always; close variants under the strict profile),
+the file (copies always; close variants under the strict profile; the task's provided tool's flags),
 what a pass over a partly checked reference says, the data manifest `train` reads and the clean copy
 are rules, and the tool adapter only translates. One `Record` is built per check: the manifest holds
 it, the tool returns it with the rows it found.
@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from aci import manifest
+from aci.contamination import shared
 from aci.contamination.report import Mode
 from aci.context import Context
 from aci.errors import ACIError
@@ -76,7 +77,10 @@ class Record(BaseModel):
     short_flagged: int = Field(description="of them, copies of short items the judge's algorithm skips")
     close: int = Field(description="other rows that closely resemble a specific test item (label close)")
     close_counted: bool = Field(description="whether close rows count against the file (the strict profile)")
-    counted: int = Field(description="rows that count against the file: flagged, and close if counted")
+    counted: int = Field(description="rows that count against the file: flagged, close if counted, and the "
+                                     "task's provided tool's")
+    shared_tool: shared.SharedVerdict | None = Field(None, description="the verdict of the task's provided "
+                                                                       "../contamination_check.py (strict profile)")
     lines: list[int] = Field(default_factory=list, description="lines of the counted rows (first 200)")
 
 
@@ -121,10 +125,13 @@ def check_file(req: ContaminationRequest, ctx: Context) -> Result:
                      inp.threshold)
     for name in sorted(declared):
         ctx.rules.check_dataset_name(name)
+    tool = shared.beside(ctx.workdir, shared.TOOL) if ctx.rules.strict and req.mode == "simple" else None
+    theirs = shared.run(tool, ref, C.training_rows(path, None, data), ctx.state.root / "cache" / "tiktoken") \
+        if tool else None
     seconds = time.perf_counter() - started
     gates.pin_at_first_check(ctx, ref, inp.ref_digest)
-    counted = _counted(report, ctx.rules.strict)
-    record = _record(req, ctx, inp, report, counted)
+    counted = _counted(report, theirs, ctx.rules.strict)
+    record = _record(req, ctx, inp, report, theirs, counted)
     limits = ctx.rules.profile.contamination
     if report.skipped:
         rule = C.SimpleIndex.SKIP_RULE if req.mode == "simple" else C.LongNgramIndex.SKIP_RULE
@@ -135,6 +142,8 @@ def check_file(req: ContaminationRequest, ctx: Context) -> Result:
     closed = gates.contamination_gate(ctx, record)
     if closed and record["verdict"] == "pass" and limits.required_before_training:
         warnings.append(f"this pass does not let `train` use {path.name}: it {closed}")
+    if theirs and theirs.verdict == "not-checked":
+        warnings.append(f"not checked by the task's provided {shared.TOOL}: {theirs.reason}")
     clean_path, kept = None, None
     if req.clean_output:
         clean_path = ctx.path(req.clean_output, what="clean output")
@@ -161,11 +170,13 @@ def check_file(req: ContaminationRequest, ctx: Context) -> Result:
 
 def _inputs(req: ContaminationRequest, ctx: Context) -> _Inputs:
     """The files and the threshold a check may run on: refused when the rules forbid them."""
+    from aci.training import gates
+
     path = ctx.path(req.path, must_exist=True, what="training set")
     pin = ctx.card.reference if ctx.card else None
     if req.reference is None and not pin:
         raise ACIError("no --reference given and none pinned in the run card: pass the benchmark's test items")
-    ref = ctx.path(req.reference or pin["path"], must_exist=True, what="reference set")
+    ref = gates.reference_path(ctx, req.reference or pin["path"])
     if path == ref:
         raise ACIError("the training set and the reference are the same file")
     rules, limits = ctx.rules, ctx.rules.profile.contamination
@@ -186,16 +197,18 @@ def _inputs(req: ContaminationRequest, ctx: Context) -> _Inputs:
     return _Inputs(path, ref, data, hashlib.sha256(data).hexdigest(), ref_digest, threshold, warnings)
 
 
-def _counted(report, strict: bool) -> dict[int, int]:
-    """The rows that count against the file (0-based position -> line): every copy of a test item, and the
-    close variants under the strict profile."""
+def _counted(report, theirs: shared.SharedVerdict | None, strict: bool) -> dict[int, int]:
+    """The rows that count against the file (0-based position -> line): every copy of a test item, the
+    close variants under the strict profile, and what the task's provided tool flagged."""
     counted = {r["row"]: r["line"] for r in report.flagged}
     if strict:
         counted.update({r["row"]: r["line"] for r in report.close})
+    if theirs:
+        counted.update(theirs.rows)
     return counted
 
 
-def _record(req: ContaminationRequest, ctx: Context, inp: _Inputs, report, counted: dict[int, int]) -> dict:
+def _record(req: ContaminationRequest, ctx: Context, inp: _Inputs, report, theirs, counted: dict[int, int]) -> dict:
     """The `Record` fields of a check."""
     from aci import contamination as C
 
@@ -208,7 +221,7 @@ def _record(req: ContaminationRequest, ctx: Context, inp: _Inputs, report, count
         threshold=inp.threshold if req.mode == "simple" else None, tolerated_rows=limits.tolerated_rows,
         flagged=len(report.flagged), judge_flagged=labels["judge"], stricter_flagged=labels["stricter"],
         short_flagged=labels["short"], close=len(report.close), close_counted=ctx.rules.strict, counted=len(counted),
-        lines=sorted(counted.values())[:200])
+        shared_tool=theirs, lines=sorted(counted.values())[:200])
     record["verdict_text"] = _verdict_text(record)
     return record
 
@@ -221,6 +234,11 @@ def _verdict_text(r: dict) -> str:
         text += f"; {unchecked} of {r['references']} test items were not checked (too short for any rule)"
     if r["close"] and not r["close_counted"]:
         text += f"; {r['close']} close variants reported, not counted under this profile"
+    theirs = r["shared_tool"]
+    if theirs is not None:
+        text += {"pass": "; the task's provided tool: pass", "fail": f"; the task's provided tool flagged "
+                                                                    f"{theirs.flagged}",
+                 "not-checked": "; not checked by the task's provided tool"}[theirs.verdict]
     return text
 
 

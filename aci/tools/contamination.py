@@ -30,6 +30,10 @@ class ContaminationOutput(ToolOutput, Result):
         hidden = self.flagged + self.close - len(self.contaminated) - len(self.close_rows)
         if hidden:
             lines.append(f"  ... {hidden} more in the manifest's contamination.jsonl")
+        if self.shared_tool:
+            s = self.shared_tool
+            lines.append(f"the task's provided tool ({s.tool}): {s.verdict}"
+                         + (f", {s.flagged} rows flagged" if s.flagged else "") + (f" ({s.reason})" if s.reason else ""))
         if self.clean_output:
             lines.append(f"clean copy: {self.clean_output} ({self.kept_rows} rows); check it again before training")
         lines += [f"warning: {w}" for w in self.warnings]
@@ -48,10 +52,12 @@ def contamination(inp: ContaminationInput, ctx: Context) -> ContaminationOutput:
     resemble one test item (its story with names, numbers or wording changed, or its numbers and
     operation in another story; matching the benchmark's style or templates is allowed) get label
     `close`. Each match names the test item (id or #index, line, excerpt); the report gives how many
-    items each rule checked. Under posttrainbench any flagged or close row fails the file; the default
-    profile reports close rows without failing on them. The verdict is recorded in the training
+    items each rule checked. Under posttrainbench any flagged or close row fails the file, and when the
+    task provides ../contamination_check.py it is run on the same rows too and its flags count; the
+    default profile reports close rows without failing on them. The verdict is recorded in the training
     file's data manifest for the sha256 of the bytes scanned; `train` refuses a file that failed,
     changed, was never checked, or passed only in mode ngram13, with no item checked, or against another
-    reference than the run card's pinned one (pinned at plan init or at the first check). Refuses training data whose file name or declared sources match
+    reference than the run card's pinned one (pinned at plan init, from ../test_data.json when the task
+    provides it, or at the first check). Refuses training data whose file name or declared sources match
     a banned dataset. Use --clean-output to write the rows that pass."""
     return ContaminationOutput(**check_file(inp, ctx).model_dump())

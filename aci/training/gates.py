@@ -100,7 +100,7 @@ def contamination_gate(ctx: Context, result: dict | None) -> str | None:
     """Why a contamination result (`aci.contamination.verdict.Record`, as the manifest holds it) does not let
     its file be trained on (None: it does). Only a pass of the judges' algorithm (mode simple), against
     the run card's pinned reference with items checked, counts: a pass against anything else proves
-    nothing about the benchmark."""
+    nothing about the benchmark. The pass already counts the task's provided tool's flags."""
     if not result or not result.get("verdict"):
         return "has no contamination result in state"
     if result["verdict"] != "pass":
@@ -118,6 +118,18 @@ def contamination_gate(ctx: Context, result: dict | None) -> str | None:
         return (f"passed against {result.get('reference')}, not the run card's pinned reference {pin['path']} "
                 f"(sha256 {pin['sha256'][:12]})")
     return None
+
+
+def reference_path(ctx: Context, given: str) -> Path:
+    """A reference path: inside the roots, or the task's provided test items beside the task folder
+    (`aci.contamination.shared`), which are outside them by design."""
+    from aci.contamination import shared
+
+    provided = shared.beside(ctx.workdir, shared.ITEMS)
+    p = Path(given).expanduser()
+    if provided and (p if p.is_absolute() else ctx.workdir / p).resolve() == provided.resolve():
+        return provided.resolve()
+    return ctx.path(given, must_exist=True, what="reference")
 
 
 def pin_at_first_check(ctx: Context, path: Path, sha256: str) -> dict | None:
@@ -138,7 +150,7 @@ def pin_reference(ctx: Context, given: str, old: dict | None) -> dict:
     """The run card's `reference` entry ({path, sha256}) for the benchmark's test items. A pinned
     reference (`old`) is not replaced under a strict profile: every contamination verdict is judged
     against it."""
-    path = ctx.path(given, must_exist=True, what="reference")
+    path = reference_path(ctx, given)
     pin = {"path": str(path), "sha256": manifest.file_hash(path)}
     if old and old != pin and ctx.rules.strict:
         raise ctx.rules.refuse("no-test-data", f"the run card already pins the reference {old['path']} (sha256 "
