@@ -1,6 +1,6 @@
 """`contamination` beyond the judge's algorithm: every test item checked (short items by exact match, the
 coverage per rule in the report, unchecked items named in the verdict), close variants of one item and only
-them, and the task's provided decontamination tool beside the task folder."""
+them, the task's provided decontamination tool beside the task folder, and the cap on one row's length."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from aci import manifest, registry
 from aci.contamination import shared
 from aci.context import Context
 from aci.errors import ACIError
+from aci.tasks import read_rows
+from aci.tasks.rows import MAX_ROW_BYTES
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NAMES = ["Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Ken", "Alexis", "Tina", "Mark", "Randy", "Joy",
@@ -300,3 +302,22 @@ def test_a_provided_tool_that_fails_is_not_checked_never_a_pass(harness, monkeyp
     assert out.shared_tool.verdict == "not-checked" and reason in out.shared_tool.reason
     assert "not checked by the task's provided tool" in out.verdict_text and "tool: pass" not in out.verdict_text
     assert any("not checked by the task's provided contamination_check.py" in w for w in out.warnings)
+
+
+# -- one row's length ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("array", [False, True])
+def test_a_row_longer_than_the_cap_is_refused_with_its_line(workdir, array):
+    """A 9 MiB row would take the check hundreds of MB; it is refused naming file:line, unread in JSONL."""
+    write_jsonl(workdir / "ref.jsonl", [{"question": "A question long enough about many apples and pears?",
+                                         "answer": "3"}])
+    big = {"text": "word " * ((MAX_ROW_BYTES + (1 << 20)) // 5)}
+    path = workdir / ("train.json" if array else "train.jsonl")
+    if array:
+        path.write_text(f'[\n{json.dumps({"text": "fine"})},\n{json.dumps(big)}\n]\n')
+    else:
+        write_jsonl(path, [{"text": "fine"}, big, {"text": "fine"}])
+    where = f"{path.name}:{3 if array else 2}"
+    with pytest.raises(ACIError, match=re.escape(where) + r": a row of .* is longer than the 8 MiB"):
+        call(workdir, path=path.name, reference="ref.jsonl")
+    with pytest.raises(ACIError, match=re.escape(where)):
+        list(read_rows(path))

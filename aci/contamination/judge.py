@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import islice
 
 from aci.contamination.report import Match
 from aci.contamination.rules import (
@@ -59,6 +60,12 @@ class Item:
     q_fewest: int = 0  # the fewest question n-grams that can reach q_floor
 
 
+def _distinct(toks: list[int], n: int) -> set[tuple]:
+    """The distinct n-grams of `toks`, without a list of them all first (a long row's would be its largest
+    object)."""
+    return set(zip(*(islice(toks, k, None) for k in range(n)), strict=False))
+
+
 class RowView:
     """One row's tokens and the n-gram sets the checks need, each built on first use."""
 
@@ -72,11 +79,11 @@ class RowView:
 
     @cached_property
     def distinct3(self) -> set[tuple]:
-        return set(ngrams(self.toks, A_N))
+        return _distinct(self.toks, A_N)
 
     @cached_property
     def distinct4(self) -> set[tuple]:
-        return set(ngrams(self.toks, P_N))
+        return _distinct(self.toks, P_N)
 
     def holds(self, seq: list[int]) -> bool:
         n, toks = len(seq), self.toks

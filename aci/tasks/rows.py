@@ -12,13 +12,18 @@ from aci.errors import ACIError, where
 from aci.tasks.adapters import json_kind, to_sample, to_task
 
 _DECODER = json.JSONDecoder()
+# The most one row may hold. Why: every reader holds a row whole, the contamination check some 40-60
+# bytes per byte of it (its n-grams as Python tuples; a 20 MB line took 1.26 GB), and 8 MiB is some two
+# million tokens, far beyond any training context: a longer row is a mistake (a file without newlines,
+# a dump in one field).
+MAX_ROW_BYTES = 8 << 20
 
 
 def read_rows(path: Path | str, content: bytes | None = None) -> Iterator[tuple[int, dict]]:
     """Yield `(line, row)` for each JSON object in a JSONL file (streamed) or a JSON array file.
 
-    Raises ACIError naming `file:line` for a missing, empty or binary file, broken JSON, or a row
-    that is not an object. Blank lines in JSONL are skipped. With `content`, those bytes are parsed in
+    Raises ACIError naming `file:line` for a missing, empty or binary file, broken JSON, a row that
+    is not an object, or a row longer than MAX_ROW_BYTES. Blank lines in JSONL are skipped. With `content`, those bytes are parsed in
     place of the file's (errors still name `path`): the training job reads a file once, checks its hash,
     and trains on exactly the bytes it hashed.
     """
@@ -54,10 +59,18 @@ def _decode_line(path: Path, n: int, raw: bytes) -> str:
                        f"is this a binary or differently encoded file?") from None
 
 
+def _too_long(path: Path, n: int, size: str) -> ACIError:
+    return ACIError(f"{where(path, n)}: a row of {size} is longer than the {MAX_ROW_BYTES >> 20} MiB one row may "
+                    f"hold; split it into rows or shorten it")
+
+
 def _jsonl_rows(path: Path, f) -> Iterator[tuple[int, dict]]:
     seen = False
     scan = _DECODER.scan_once
-    for n, raw in enumerate(f, 1):
+    # A line is read up to the cap and a little more, never whole: a longer one is refused unread
+    for n, raw in enumerate(iter(lambda: f.readline(MAX_ROW_BYTES + 3), b""), 1):
+        if len(raw) > MAX_ROW_BYTES and len(raw.rstrip(b"\r\n")) > MAX_ROW_BYTES:
+            raise _too_long(path, n, f"over {MAX_ROW_BYTES >> 20} MiB")
         # The usual line (UTF-8, one JSON object, its newline) in a few C calls. Any other line (a BOM, a
         # blank or broken line, a NUL byte, which JSON never holds, bad UTF-8, another value) fails here
         # and takes the checked path below, which reads it the same way or names its error.
@@ -122,6 +135,8 @@ def _array_rows(path: Path, data: bytes) -> Iterator[tuple[int, dict]]:
         n = line_at(pos)
         if not isinstance(row, dict):
             raise ACIError(f"{where(path, n)}: expected a JSON object in the array, got {json_kind(row)}")
+        if end - pos > MAX_ROW_BYTES and len(text[pos:end].encode()) > MAX_ROW_BYTES:
+            raise _too_long(path, n, f"{len(text[pos:end].encode()) / (1 << 20):.1f} MiB")
         yield n, row
         pos = skip(end)
         if pos < len(text) and text[pos] == ",":
