@@ -84,7 +84,8 @@ def _check(reference: Iterable[RefItem], rows: Iterable[Row], mode: Mode, thresh
     for r, matches in index.scan_rows(rows):
         report.rows += 1
         if matches:
-            matches.sort(key=lambda m: (LABELS.index(m.label), -m.score, m.item))
+            if len(matches) > 1:
+                matches.sort(key=lambda m: (LABELS.index(m.label), -m.score, m.item))
             entry = {"row": r.index, "line": r.line, "id": r.id, "label": matches[0].label,
                      "score": round(matches[0].score, 4), "matches": [m.as_dict(refs) for m in matches[:keep_matches]]}
             (report.flagged if matches[0].label in COPIES else report.close).append(entry)

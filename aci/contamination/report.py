@@ -36,7 +36,9 @@ class Match:
         ref = refs[self.item]
         out = {"reference": ref.name, "item": ref.index, "line": ref.line, "excerpt": ref.excerpt,
                "label": self.label, "component": self.component, "score": round(self.score, 4),
-               "required": round(self.required, 4), "question": round(self.question, 4)}
+               "required": round(self.required, 4)}
+        if self.label in ("judge", "stricter"):  # the n-gram checks' question share; the others have none
+            out["question"] = round(self.question, 4)
         if self.answer is not None:
             out["answer"] = round(self.answer, 4)
         if self.passage is not None:
