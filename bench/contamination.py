@@ -4,7 +4,8 @@ Generates GSM8K-like word problems from templates: the reference (1,319 items wi
 and the training set (chat samples with a worked answer: half of them on the reference's own problem
 shapes with other names and numbers, as a generator matching the benchmark's style writes them, so long
 phrases hit the index; half on the set's own shapes in the same vocabulary), with 50 verbatim copies of
-reference items (all must be flagged with label `judge`) and 50 near-copies (one number changed). Times
+reference items (all must be flagged with label `judge`) and 50 near-copies (one number changed, which
+must all be flagged or found close). Times
 `aci.contamination.check` (indexing + streaming the training file, including reading and tokenising it)
 in CPU seconds of this process, and reports the peak memory (max RSS). For comparison it also times
 reading the rows alone (JSON and the row's texts: the floor of any check in this process) and reading
@@ -15,10 +16,10 @@ tests/data/contamination_judge/README.md for running it offline) also runs the j
 rows, given as `{"text": ...}` (it cannot read chat rows), and reports its rows per CPU-second (its
 process's user + system time) and the ratio, and times our check on that same `{"text": ...}` file too
 (a cheaper read than the chat rows the last line counts); `--rows N` changes the size. Both sides are
-timed `--repeat` times (default 3), each run from scratch (ours: index, read, check; the judge's: a fresh
-process), and the best of each is reported: CPU time on a shared virtual machine drifts by 20-40 % from
-run to run, and the minimum is each side's own cost with the least of that noise. Last line:
-`rows_per_cpu_s=N`.
+timed `--repeat` times (default 5), each run from scratch (ours: index, read, check; the judge's: a fresh
+process), and the median of each is reported, with every run: CPU time on a shared virtual machine
+drifts by 20-40 % from run to run, and the median does not pick a lucky run. Last line:
+`rows_per_cpu_s=N` (the median run).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import random
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,7 +87,7 @@ def problem(rng: random.Random, templates: list[str]) -> tuple[str, str]:
     return q, solution
 
 
-def generate(folder: Path, rng: random.Random, rows: int = ROWS) -> tuple[Path, Path, set[int]]:
+def generate(folder: Path, rng: random.Random, rows: int = ROWS) -> tuple[Path, Path, set[int], set[int]]:
     ref, train = folder / "test.jsonl", folder / "train.jsonl"
     items = [problem(rng, TEMPLATES) for _ in range(REFS)]
     with open(ref, "w") as f:
@@ -104,7 +106,7 @@ def generate(folder: Path, rng: random.Random, rows: int = ROWS) -> tuple[Path, 
                 q, a = problem(rng, TEMPLATES if rng.random() < STYLE_MATCHED else OWN_TEMPLATES)
             f.write(json.dumps({"messages": [{"role": "user", "content": q},
                                              {"role": "assistant", "content": a.replace("#### ", "ANSWER: ")}]}) + "\n")
-    return ref, train, {i + 1 for i in copies}  # line numbers of the verbatim copies
+    return ref, train, {i + 1 for i in copies}, {i + 1 for i in near}  # line numbers of the copies, near-copies
 
 
 def as_text(train: Path, folder: Path) -> Path:
@@ -142,17 +144,17 @@ def run_judge(tool: Path, ref: Path, texts: Path, folder: Path, repeat: int) -> 
             raise SystemExit(f"the judge's tool failed:\n{done.stderr[-2000:]}")
         cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
     print(f"judge_tool_cpu_s_runs={' '.join(f'{c:.2f}' for c in cpus)}")
-    return min(cpus), len(done.stdout.splitlines())
+    return statistics.median(cpus), len(done.stdout.splitlines())
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=ROWS)
     ap.add_argument("--judge", type=Path, help="the judge's contamination_check.py, to time it on the same rows")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each side; the best is reported")
+    ap.add_argument("--repeat", type=int, default=5, help="runs of each side; the median is reported")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        ref, train, copy_lines = generate(Path(tmp), random.Random(0), args.rows)
+        ref, train, copy_lines, near_lines = generate(Path(tmp), random.Random(0), args.rows)
         enc = C.encoding()
         enc.encode_ordinary("warm up")
         t0 = time.process_time()
@@ -167,7 +169,7 @@ def main() -> None:
         del tokens
         repeat = max(1, args.repeat)
         report, checks = timed_check(ref, train, enc, repeat)
-        t_check = min(checks)
+        t_check = statistics.median(checks)
         judge = same = None
         if args.judge:
             texts = as_text(train, Path(tmp))
@@ -179,10 +181,12 @@ def main() -> None:
     judged = {r["line"] for r in report.flagged if r["label"] == "judge"}
     missed = copy_lines - judged
     assert not missed, f"verbatim copies not flagged with label judge at lines {sorted(missed)}"
+    found = {r["line"] for r in report.flagged + report.close}
+    assert near_lines <= found, f"near-copies neither flagged nor close at lines {sorted(near_lines - found)}"
     ours = args.rows / t_check
     print(f"rows={args.rows} references={report.references} indexed={report.indexed}")
-    print(f"flagged={len(report.flagged)} judge-labelled={report.judge_flagged} (planted {PLANTED} verbatim copies "
-          f"and {PLANTED} near-copies)")
+    print(f"flagged={len(report.flagged)} judge-labelled={report.judge_flagged} close={len(report.close)} (planted "
+          f"{PLANTED} verbatim copies and {PLANTED} near-copies)")
     print(f"read_only_cpu_s={t_read:.2f} ({args.rows / t_read:,.0f} rows/s)")
     print(f"read_and_tokenize_only_cpu_s={t_tok:.2f} ({args.rows / t_tok:,.0f} rows/s)")
     print(f"check_cpu_s={t_check:.2f} (runs: {' '.join(f'{c:.2f}' for c in checks)})")
@@ -191,8 +195,8 @@ def main() -> None:
         cpu, flagged = judge
         print(f"judge_tool_cpu_s={cpu:.2f} judge_tool_flagged={flagged} judge_tool_rows_per_cpu_s={args.rows / cpu:.0f}")
         print(f"speedup_vs_judge_tool={ours / (args.rows / cpu):.1f}")
-        print(f"on the judge's own input ({{\"text\": ...}} rows): check_cpu_s={min(same):.2f} (runs: "
-              f"{' '.join(f'{c:.2f}' for c in same)}), speedup {cpu / min(same):.1f}")
+        print(f"on the judge's own input ({{\"text\": ...}} rows): check_cpu_s={statistics.median(same):.2f} (runs: "
+              f"{' '.join(f'{c:.2f}' for c in same)}), speedup {cpu / statistics.median(same):.1f}")
     print(f"rows_per_cpu_s={ours:.0f}")
 
 
