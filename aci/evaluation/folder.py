@@ -47,8 +47,14 @@ def read_json(path: Path) -> Any:
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Write strict JSON: Infinity and NaN, which Python's json accepts and writes, are refused (transformers
+    and vLLM read these files with strict parsers too)."""
+    try:
+        text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+    except ValueError as e:
+        raise ACIError(f"cannot write {path.name}: {e} (only finite numbers are valid JSON)") from None
     with open(path, "w", encoding="utf-8") as f:
-        f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        f.write(text + "\n")
         f.flush()
         os.fsync(f.fileno())
 

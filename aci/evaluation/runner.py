@@ -52,10 +52,11 @@ class EvalSpec(BaseModel):
                               "need the rules' minimum")
     trials: int = Field(1, ge=1, le=20, description="independent trials (seeds 0..k-1): mean and min-max range")
     seeds: list[int] | None = Field(None, description="explicit seeds (overrides --trials)")
-    temperature: float = Field(0.0, ge=0, description="dev: 0 = greedy; > 0 samples with each trial's seed")
+    temperature: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                description="dev: 0 = greedy; > 0 samples with each trial's seed")
     max_new_tokens: int = Field(256, ge=1, description="dev: tokens generated per reply")
     batch_size: int = Field(8, ge=1, description="dev and lm-eval: prompts per forward pass")
-    timeout_s: float = Field(3600, gt=0, description="command: seconds per trial before the command is killed")
+    timeout_s: float = Field(3600, gt=0, allow_inf_nan=False, description="command: seconds per trial before the command is killed")
 
     @field_validator("limit")
     @classmethod
