@@ -36,6 +36,8 @@ def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str
         return ["No run card yet: run aci plan init first."]
     out = []
     clk = ctx.clock
+    if clk.note:  # timer.sh failed: say whose deadline every figure now follows
+        out.append(clk.note)
     gate_map = gate_map or gates(ctx)
     if clk.in_reserve():
         out.append("Final reserve: final_model passed finalize; the run is complete." if gate_map["finalized"].passed

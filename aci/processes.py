@@ -51,3 +51,30 @@ def signal_group(pid: int | None, sig: int) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def run_briefly(argv: list[str], cwd, timeout_s: float, max_chars: int = 65536) -> tuple[int | None, str]:
+    """Run a short helper command (`timer.sh`, an eval script's `--help`) to its end or `timeout_s`:
+    (exit code, or None when it timed out or could not start; its stdout and stderr, at most `max_chars`).
+
+    It runs in a session of its own with no stdin, and on timeout its whole group is killed, so a child
+    that keeps the output pipe open (`sleep` in a hanging script) cannot make the caller wait longer."""
+    import subprocess
+
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        return None, f"could not start: {e.strerror or e}"
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        signal_group(proc.pid, 9)
+        try:
+            out, _ = proc.communicate(timeout=1)
+        except subprocess.TimeoutExpired:  # a grandchild outside the group holds the pipe: give up on it
+            proc.stdout.close()
+            proc.wait()
+            out = b""
+        return None, out.decode(errors="replace")[:max_chars]
+    return proc.returncode, out.decode(errors="replace")[:max_chars]

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import re
 import shlex
+from datetime import timedelta
 from pathlib import Path
 
 from aci import manifest, records
 from aci import rules as rules_mod
-from aci.clock import parse_deadline, read_timer
+from aci.clock import fmt, parse_deadline, read_timer
 from aci.context import Context
 from aci.errors import ACIError
 from aci.progress import PROFILE_CHANGE
-from aci.state import iso, now
+from aci.state import iso, now, parse_ts
 from aci.training import gates as train_gates
 
 FAMILIES = ("qwen", "llama", "gemma", "smollm", "mistral", "phi")
@@ -36,15 +37,12 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
         guess = guess_template(ctx, card["base_model"], card.get("eval_command"))
         if guess:
             card["template"] = guess
-    remaining = read_timer(ctx.workdir)
-    if remaining is not None:
-        card["deadline"] = (now() + remaining).isoformat(timespec="seconds")
-        if "budget_hours" not in fields:
-            card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
+    warnings: list[str] = []
+    warnings += _set_deadline(card, fields, timer_remaining(ctx, warnings))
     card["protected"] = protected_digests(ctx, rules.protected())
     if "reference" in card:
         card["reference"] = train_gates.pin_reference(ctx, card["reference"], None)
-    warnings = check_fields(ctx, card)
+    warnings += check_fields(ctx, card)
     message = f"run card: {card['base_model']} on {card['benchmark']}"
     change = profile_change(ctx, profile)
     if change:
@@ -55,6 +53,39 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
                             f"weakens them: {'; '.join(change['weakened'])}. The journal keeps this and status "
                             f"shows it for the rest of the run")
     _write(ctx, card, message, event_data)
+    return warnings
+
+
+def timer_remaining(ctx: Context, warnings: list[str]) -> timedelta | None:
+    """What timer.sh says is left (None without one); a failing timer is a warning here, not an error."""
+    try:
+        return read_timer(ctx.workdir)
+    except ACIError as e:
+        warnings.append(f"{e}: the deadline comes from --deadline or --budget-* instead (else the profile's "
+                        f"budget), and every tool falls back to it while timer.sh fails")
+        return None
+
+
+def _set_deadline(card: dict, fields: dict, remaining: timedelta | None) -> list[str]:
+    """The card's deadline and budget: timer.sh's when it answers; else the `--deadline` given, whose distance
+    from now is the budget unless one was given too (a run that started earlier); else start plus budget."""
+    warnings: list[str] = []
+    if remaining is not None:
+        if "deadline" in fields:
+            warnings.append(f"timer.sh says {fmt(remaining)} left: it sets the deadline, not --deadline "
+                            f"{fields['deadline']}")
+        card["deadline"] = (now() + remaining).isoformat(timespec="seconds")
+        if "budget_hours" not in fields:
+            card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
+    elif "deadline" in fields:
+        deadline, note = parse_deadline(str(fields["deadline"]))
+        left = deadline - now()
+        if left.total_seconds() <= 0:
+            raise ACIError(f"deadline {fields['deadline']!r} ({deadline.isoformat(timespec='seconds')}) has passed")
+        card["deadline"] = deadline.isoformat(timespec="seconds")
+        if "budget_hours" not in fields:
+            card["budget_hours"] = round(left.total_seconds() / 3600, 4)
+        warnings += [note] if note else []
     return warnings
 
 
@@ -77,6 +108,10 @@ def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:
         raise ACIError("the rules profile is fixed at init; re-init with force=true to change it")
     if "reference" in fields:
         fields["reference"] = train_gates.pin_reference(ctx, fields["reference"], card.get("reference"))
+    if "deadline" in fields and "budget_hours" not in fields:  # the budget follows a new deadline
+        deadline, _ = parse_deadline(str(fields["deadline"]))
+        started = parse_ts(card["started_at"])
+        fields["budget_hours"] = round(max((deadline - started).total_seconds(), 60) / 3600, 4)
     card.update(fields)
     warnings = check_fields(ctx, card)
     _write(ctx, card, f"run card updated: {', '.join(sorted(fields))}", event_data)
@@ -144,8 +179,9 @@ def check_fields(ctx: Context, card: dict) -> list[str]:
     cmd = card.get("eval_command")
     if cmd and "{model_path}" not in cmd:
         raise ACIError("eval_command must contain the {model_path} placeholder (and ideally {limit} and {output})")
-    if cmd and "{output}" not in cmd and not card.get("metric_key"):
-        warnings.append("eval_command has no {output} placeholder: its metrics JSON cannot be read")
+    if cmd and "{output}" not in cmd:
+        warnings.append("eval_command has no {output} placeholder: the score is read from the last JSON object the "
+                        "command prints; if it writes its metrics to a file, name that option with --output-option")
     if card.get("template"):
         ctx.path(card["template"], must_exist=True, what="template")
     if card.get("grader"):

@@ -46,10 +46,11 @@ class EvalSpec(BaseModel):
     task_dir: str | None = Field(None, description="lm-eval: folder of local task YAMLs")
     dev_set: str | None = Field(None, description="dev: JSONL of held-out task records (each names its grader)")
     grader: str | None = Field(None, description="dev: grader for tasks that name none, e.g. last-number")
-    limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command gets "
-                              "--limit -1, which PostTrainBench's evaluate.py reads as all); without it the eval "
-                              "command's own default applies (PostTrainBench: 150 GSM8K, 50 GPQA); comparisons "
-                              "need the rules' minimum")
+    limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command's "
+                              "limit option gets the value plan init learnt means all, else -1, which "
+                              "PostTrainBench's evaluate.py reads as all); without it the eval command's own "
+                              "default applies (PostTrainBench: 150 GSM8K, 50 GPQA); refused when the command has "
+                              "no {limit}; comparisons need the rules' minimum")
     trials: int = Field(1, ge=1, le=20, description="independent trials (seeds 0..k-1): mean and min-max range")
     seeds: list[int] | None = Field(None, description="explicit seeds (overrides --trials)")
     temperature: float = Field(0.0, ge=0, allow_inf_nan=False,
@@ -99,8 +100,10 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
         key = spec.metric_key or card.metric_key
         same = template == card.eval_command and key == card.metric_key
         label = "eval-command" if same else f"command:{_sha8(template, key or '')}"
+        mapped = card.eval_options if template == card.eval_command else None
         return CommandEvaluator(template, metric_key=key, limit=spec.limit, timeout_s=spec.timeout_s,
-                                cwd=ctx.workdir, out_dir=out_dir, label=label)
+                                cwd=ctx.workdir, out_dir=out_dir, label=label,
+                                limit_all=mapped.limit_all if mapped else None)
     if spec.evaluator == "lm-eval":
         from aci.evaluation.lmeval import LMEvalEvaluator
 

@@ -1,0 +1,413 @@
+"""Which option of an eval command is the model path, the sample limit, the output file and the seed.
+
+A user's eval script has its own option names (`--checkpoint`, `--n`, `--out`), so `plan init` asks the
+script: it runs the script's `--help` once (argparse and click print their options there; a short
+timeout, no stdin, its own process group, `aci.processes.run_briefly`) and reads each option's names,
+whether it takes a value, and its help text. A role is placed on an option by what the user said
+(`--limit-option` and the like), else by PostTrainBench's names (`--model-path`, `--limit`,
+`--json-output-file`), else by the option's name and help text together (`--n N  number of problems,
+0 = all`). A role two options fit equally is not guessed: plan init asks for it. The value that means
+"every item" (`0`, `-1`) comes from the limit option's help text, else from the command as typed (a
+count of 0 or below can only mean all).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aci.processes import run_briefly
+
+HELP_TIMEOUT_S = 10.0  # a script that imports its stack before argparse answers --help in seconds
+ROLES = ("model_path", "limit", "output", "seed")
+PLACEHOLDER = {"model_path": "{model_path}", "limit": "{limit}", "output": "{output}", "seed": "{seed}"}
+WHAT = {"model_path": "the model path", "limit": "the sample limit", "output": "the metrics output file",
+        "seed": "the seed"}
+# PostTrainBench's evaluate.py: these names are placed without asking its --help (which may be slow to answer).
+KNOWN = {"--model-path": "model_path", "--model_path": "model_path", "--limit": "limit",
+         "--json-output-file": "output"}
+
+# Option names (without dashes, `_` as `-`) that say the role by themselves, and words in a help text that do.
+_NAMES = {
+    "model_path": {"model-path", "model", "checkpoint", "ckpt", "model-dir", "model-name-or-path", "model-name",
+                   "pretrained", "model-folder", "checkpoint-path", "checkpoint-dir", "ckpt-path", "model-id"},
+    "limit": {"limit", "n", "num-samples", "n-samples", "max-samples", "num-examples", "n-examples", "max-examples",
+              "samples", "num", "count", "num-items", "n-items", "max-items", "num-problems", "num-questions",
+              "sample-limit", "max-n"},
+    "output": {"out", "output", "output-file", "out-file", "output-path", "json-output-file", "json", "json-out",
+               "json-output", "results", "results-file", "result-file", "metrics", "metrics-file", "save-path",
+               "output-json", "metrics-out", "results-out"},
+    "seed": {"seed", "random-seed", "rng-seed", "sampling-seed"},
+}
+_HELP = {
+    "model_path": re.compile(r"(?i)\b(model|checkpoint|weights)\b"),
+    "limit": re.compile(r"(?i)\b(number|count|how many|limit|first|at most|max(imum)?)\b.{0,30}\b(samples?|examples?|"
+                        r"items?|problems?|questions?|instances?|tasks?|rows?)\b|\b(samples?|examples?|items?|"
+                        r"problems?|questions?) to (evaluate|score|use|run)\b"),
+    "output": re.compile(r"(?i)\b(output|write|save|results?|metrics|report)\b.{0,40}\b(json|file|path)\b|"
+                         r"\bjson\b.{0,30}\b(output|results?|metrics)\b"),
+    "seed": re.compile(r"(?i)\bseed\b"),
+}
+# Words in a name that rule a role out (`--max-tokens` is no sample limit, `--output-dir` no output file).
+_NOT = {
+    "model_path": re.compile(r"token|revision|type|dtype|len|max|kwargs|args"),
+    "limit": re.compile(r"token|len|batch|connection|worker|thread|shot|gpu|proc|epoch|step|seed|beam|retr|context|"
+                        r"parallel|concurr"),
+    "output": re.compile(r"dir|folder|log"),
+    "seed": re.compile(r"^$"),
+}
+_DIRECTORY = re.compile(r"(?i)\b(directory|folder|dir)\b")
+_ALL_WORDS = re.compile(r"(?i)\b(all|every|entire|whole|full|no limit|unlimited)\b")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
+
+
+@dataclass(frozen=True)
+class HelpOption:
+    names: tuple[str, ...]
+    takes_value: bool
+    help: str = ""
+
+    @property
+    def name(self) -> str:
+        """The long name when there is one (what the template writes)."""
+        return next((n for n in self.names if n.startswith("--")), self.names[0])
+
+
+@dataclass
+class Help:
+    """What `--help` said, or why nothing was read."""
+
+    options: list[HelpOption] = field(default_factory=list)
+    source: str = ""  # e.g. "`python eval.py --help`"
+    problem: str | None = None  # set when the help could not be read
+
+    def find(self, name: str) -> HelpOption | None:
+        return next((o for o in self.options if name in o.names), None)
+
+
+def program(parts: list[str]) -> list[str]:
+    """The words that start the script (`python eval.py`, `python -m pkg.eval`, `./eval.sh`, `my-eval`)."""
+    for k, word in enumerate(parts):
+        if word == "-m" and k + 1 < len(parts):
+            return parts[:k + 2]
+        if k and word.endswith((".py", ".sh", ".js", ".rb", ".pl")):
+            return parts[:k + 1]
+    first_option = next((k for k, w in enumerate(parts) if k and w.startswith("-")), len(parts))
+    return parts[:max(first_option, 1)]
+
+
+def read_help(parts: list[str], cwd: Path, timeout_s: float = HELP_TIMEOUT_S) -> Help:
+    """Run the script's `--help` once and parse its options; a script that has none is no error."""
+    argv = [*program(parts), "--help"]
+    source = f"`{' '.join(argv)}`"
+    rc, text = run_briefly(argv, cwd, timeout_s)
+    if rc is None and text.startswith("could not start"):
+        return Help(source=source, problem=f"{source} {text}")
+    if rc is None:
+        return Help(source=source, problem=f"{source} did not finish within {timeout_s:g} s")
+    options = parse_help(text)
+    if not options:
+        return Help(source=source, problem=f"{source} exited with code {rc} and listed no options")
+    return Help(options=options, source=source)
+
+
+_BOX = re.compile(r"^[\s│┃|]+|[\s│┃|]+$")  # typer/rich draw boxes around the options
+
+
+def parse_help(text: str) -> list[HelpOption]:
+    """The options an argparse, click or typer help text lists: names, whether a value follows, help text."""
+    out: list[tuple[list[str], bool, list[str]]] = []
+    current = None
+    for raw in text.splitlines():
+        line = _BOX.sub("", raw.expandtabs())
+        indented = raw[:1].isspace() or raw[:1] in "│┃|"
+        if line.startswith("-"):
+            m = re.match(r"(\S.*?)(?:\s{2,}(.*))?$", line)
+            names, takes = _spec(m.group(1))
+            if names:
+                current = (names, takes, [m.group(2).strip()] if m.group(2) else [])
+                out.append(current)
+                continue
+        if current is not None and indented and line:
+            current[2].append(line)  # the help text goes on
+        else:
+            current = None  # a blank line or a section heading ends it
+    seen, options = set(), []
+    for names, takes, words in out:
+        if names[0] not in seen:
+            seen.update(names)
+            options.append(HelpOption(tuple(names), takes, " ".join(words)))
+    return options
+
+
+def _spec(spec: str) -> tuple[list[str], bool]:
+    """`-n N, --num N` -> (["-n", "--num"], True); `--verbose / --no-verbose` -> (["--verbose"], False)."""
+    names, takes = [], False
+    for part in spec.split(","):
+        words = part.strip().split("/")[0].split()
+        if not words:
+            continue
+        head, _, inline = words[0].partition("=")
+        if not re.fullmatch(r"-{1,2}[A-Za-z0-9][\w.-]*", head):
+            return [], False
+        names.append(head)
+        takes = takes or bool(inline) or len(words) > 1
+    return names, takes
+
+
+def _norm(name: str) -> str:
+    return name.lstrip("-").lower().replace("_", "-")
+
+
+def _score(role: str, opt: HelpOption) -> int:
+    """How well `opt` fits `role`: 2 for a telling name, 1 for a name that contains it, 1 for telling help."""
+    if not opt.takes_value:
+        return 0
+    names = [_norm(n) for n in opt.names]
+    if any(_NOT[role].search(n) for n in names) or (role == "output" and _DIRECTORY.search(opt.help)
+                                                     and not re.search(r"(?i)\bfile\b", opt.help)):
+        return 0
+    score = 2 if any(n in _NAMES[role] for n in names) else \
+        1 if any(w in n.split("-") for n in names for w in _NAMES[role] if len(w) > 2) else 0
+    return score + (1 if _HELP[role].search(opt.help) else 0)
+
+
+def place(role: str, help: Help, taken: set[str]) -> tuple[str | None, list[str]]:
+    """The option `role` is placed on from the help text, and the other options that fit as well (a tie)."""
+    scored = sorted(((_score(role, o), o.name) for o in help.options if not taken & set(o.names)), reverse=True)
+    scored = [(s, n) for s, n in scored if s >= 2]
+    if not scored:
+        return None, []
+    best = scored[0][0]
+    ties = [n for s, n in scored if s == best]
+    return (ties[0], []) if len(ties) == 1 else (None, ties)
+
+
+def all_value(help_text: str, typed: str | None) -> tuple[str | None, str | None]:
+    """The limit value that means every item, and where it was read: the limit option's help (`0 = all`,
+    `-1 for all`), else the value as typed when it is 0 or below (no count of items)."""
+    found = set()
+    for m in _NUMBER.finditer(help_text):
+        near = help_text[max(m.start() - 25, 0):m.end() + 25]
+        if _ALL_WORDS.search(near):
+            found.add(m.group())
+    if len(found) == 1:
+        return found.pop(), "its help text"
+    if typed is not None and re.fullmatch(r"-?\d+", typed) and int(typed) <= 0:
+        return typed, "the command as typed"
+    return None, None
+
+
+SUBMISSION_DIR = "final_model"  # the folder a command as typed names as the model
+WHY = {
+    "model_path": "each evaluation points it at the checkpoint it scores",
+    "limit": "each evaluation fills it from its own `--limit N` and leaves it out without one (then the script's "
+             "default applies: score the full set with `--limit -1`)",
+    "output": "each trial writes its metrics JSON there for the tools to read",
+    "seed": "each trial passes its own seed (--trials k: seeds 0..k-1)",
+}
+_PLAIN = re.compile(r"[\w@%+=:,./{}-]+")
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The template the tools run, each change made to the command as typed (in words), and the mapping
+    of roles to options that the run card records (`records.EvalOptions`)."""
+
+    command: str
+    changes: list[str] = field(default_factory=list)
+    options: dict = field(default_factory=dict, compare=False)
+    warnings: list[str] = field(default_factory=list, compare=False)
+
+
+def split(command: str) -> list[str]:
+    """The command's arguments as a POSIX shell would split them; an unsplittable or empty one is refused."""
+    import shlex
+
+    from aci.errors import ACIError
+
+    try:
+        parts = shlex.split(command)
+    except ValueError as e:
+        raise ACIError(f"eval command cannot be split into arguments ({e}): {command!r}") from None
+    if not parts:
+        raise ACIError("eval command is empty")
+    return parts
+
+
+def _join(parts: list[str]) -> str:
+    """shlex.join, but placeholders stay readable: `{model_path}`, not `'{model_path}'`."""
+    import shlex
+
+    return " ".join(p if _PLAIN.fullmatch(p) else shlex.quote(p) for p in parts)
+
+
+def _is_model_value(part: str) -> bool:
+    return part.rstrip("/").removeprefix("./").rsplit("/", 1)[-1] == SUBMISSION_DIR
+
+
+def roles(parts: list[str], help: Help, given: dict[str, str]) -> tuple[dict[str, str], dict[str, str], dict]:
+    """(role -> option, role -> how it was placed, role -> options that tie for it)."""
+    from aci.errors import ACIError
+
+    placed, how, ties = {}, {}, {}
+    for role, opt in given.items():
+        if not re.fullmatch(r"-{1,2}[A-Za-z0-9][\w.-]*", opt or ""):
+            raise ACIError(f"{WHAT[role]} option {opt!r} is not an option name (e.g. --n)")
+        placed[role], how[role] = opt, "given"
+    typed = {p.partition("=")[0] for p in parts if p.startswith("-")}
+    for name, role in KNOWN.items():
+        if role not in placed and (name in typed or help.find(name)):
+            placed[role], how[role] = name, "PostTrainBench's option name"
+    for role in ROLES:
+        if role in placed or not help.options:
+            continue
+        taken = {n for o in placed.values() for n in (help.find(o).names if help.find(o) else (o,))}
+        name, tie = place(role, help, taken)
+        if name:
+            placed[role], how[role] = name, f"its name and help in {help.source}"
+        elif tie:
+            ties[role] = tie
+    return placed, how, ties
+
+
+def translate(typed: str, help: Help | None = None, given: dict[str, str] | None = None) -> Translation:
+    """The eval command as typed -> a template with `{model_path}`, `{limit}`, `{output}` and `{seed}`.
+
+    Each role's option (see `roles`) gets its placeholder as value, and is added when the command as typed
+    lacks it (a seed only to a command typed without placeholders: a template's trials stay as its author
+    wrote them); a bare `final_model` argument becomes `{model_path}`. Without a readable `--help`, only
+    PostTrainBench's option names are placed, and its `evaluate.py` gets `--limit {limit}` and
+    `--json-output-file {output}` when missing (its score is read from that file). A template comes back
+    as it is, so translating twice changes nothing; an option two roles could take is asked for."""
+    from aci.errors import ACIError
+
+    parts = split(typed)
+    help = help or Help(problem="not read")
+    placed, how, ties = roles(parts, help, given or {})
+    aliases = {n: role for role, opt in placed.items() for n in (help.find(opt).names if help.find(opt) else (opt,))}
+    out, changes, typed_values = [], [], {}
+    k = 0
+    while k < len(parts):
+        part = parts[k]
+        opt, eq, value = part.partition("=")
+        role = aliases.get(opt) if part.startswith("-") else None
+        if role is None or not eq and k + 1 == len(parts):
+            if _is_model_value(part) and "model_path" not in placed:
+                changes.append(f"`{part}` -> `{{model_path}}`: {WHY['model_path']}")
+                part, how["model_path"] = "{model_path}", "the `final_model` argument"
+                placed["model_path"] = out[-1] if out and out[-1].startswith("-") else "(argument)"
+            out.append(part)
+            k += 1
+            continue
+        if not eq:
+            k += 1
+            value = parts[k]
+        typed_values[role] = value
+        placeholder = PLACEHOLDER[role]
+        if placeholder not in value:
+            sep = "=" if eq else " "
+            changes.append(f"`{opt}{sep}{value}` -> `{opt}{sep}{placeholder}`: {WHY[role]}")
+            value = placeholder
+        out += [f"{opt}={value}"] if eq else [opt, value]
+        k += 1
+    if ties:
+        role, tie = next(iter(ties.items()))
+        raise ACIError(f"{' and '.join(tie)} both fit {WHAT[role]} of the eval command ({help.source}): name the one "
+                       f"it is with --{role.split('_')[0]}-option")
+    if help.problem and any(p.endswith("evaluate.py") for p in out):  # PostTrainBench's script takes both
+        for role, opt in (("limit", "--limit"), ("output", "--json-output-file")):
+            placed.setdefault(role, opt)
+            how.setdefault(role, "PostTrainBench's evaluate.py")
+    text = " ".join(out)
+    template = any(p in typed for p in PLACEHOLDER.values())  # the user's own template: no seed is added to it
+    for role in ROLES if not template else ("model_path", "limit", "output"):
+        if role in placed and PLACEHOLDER[role] not in text and placed[role] != "(argument)":
+            out += [placed[role], PLACEHOLDER[role]]
+            changes.append(f"added `{placed[role]} {PLACEHOLDER[role]}`: {WHY[role]}")
+    if "{model_path}" not in " ".join(out):
+        raise ACIError(f"cannot tell which argument of the eval command is the model: {typed!r}; write "
+                       f"{{model_path}} where the model's folder goes (e.g. --model-path {{model_path}}), or name "
+                       f"its option with --model-option")
+    options = _record(typed, help, placed, how, typed_values)
+    command = _join(out) if changes else typed  # a template stays byte for byte
+    return Translation(command, changes, options, _unplaced(help, placed))
+
+
+def _record(typed: str, help: Help, placed: dict, how: dict, typed_values: dict) -> dict:
+    """The mapping as the run card records it (`records.EvalOptions`)."""
+    record = {"typed": typed, "help": help.source or None, "help_problem": help.problem if help.source else None,
+              **{role: placed.get(role) for role in ROLES}, "placed_by": how}
+    if "limit" in placed:
+        opt = help.find(placed["limit"])
+        value, where = all_value(opt.help if opt else "", typed_values.get("limit"))
+        if value is not None:
+            record["limit_all"], record["placed_by"] = value, {**how, "limit_all": where}
+    return {k: v for k, v in record.items() if v is not None}
+
+
+def learn(typed: str, cwd: Path, given: dict[str, str], limit_all: str | None = None) -> Translation:
+    """`translate` with what the script's own `--help` says (run once, here); `limit_all` as given wins."""
+    from aci.errors import ACIError
+
+    t = translate(typed, read_help(split(typed), cwd), given)
+    if limit_all is not None:
+        if "limit" not in t.options:
+            raise ACIError("--limit-all needs a sample-limit option: name it with --limit-option")
+        if not re.fullmatch(r"-?\d+", limit_all.strip()):
+            raise ACIError(f"--limit-all {limit_all!r} is not a whole number (the value that means every item, "
+                           f"e.g. 0 or -1)")
+        t.options["limit_all"] = limit_all.strip()
+        t.options["placed_by"] = {**t.options.get("placed_by", {}), "limit_all": "given"}
+    return t
+
+
+def for_card(card, eval_command: str | None, given: dict[str, str], limit_all: str | None,
+             cwd: Path) -> Translation | None:
+    """What `plan` records for an eval command: the one given, else (when only option names are given) the
+    run card's command as first typed, learnt again with them; None when neither is asked for."""
+    from aci.errors import ACIError
+
+    typed = eval_command
+    if typed is None and (given or limit_all is not None):
+        typed = card.eval_options.typed if card and card.eval_options else None
+        if typed is None:
+            raise ACIError("--model-option, --limit-option, --limit-all, --output-option and --seed-option say how "
+                           "to read an eval command: give it with --eval-command")
+    return learn(typed, cwd, given, limit_all) if typed else None
+
+
+def describe(options: dict) -> list[str]:
+    """The mapping in words, one line per role (what plan prints)."""
+    how = options.get("placed_by") or {}
+    lines = []
+    for role in ROLES:
+        opt = options.get(role)
+        if opt is None:
+            lines.append(f"{WHAT[role]}: none placed")
+            continue
+        extra = ""
+        if role == "limit" and options.get("limit_all") is not None:
+            extra = f", every item = {options['limit_all']} (from {how.get('limit_all')})"
+        elif role == "limit":
+            extra = ", no every-item value known (--limit -1 is passed on as -1)"
+        lines.append(f"{WHAT[role]}: {opt} ({how.get(role, 'placed')}){extra}")
+    return lines
+
+
+def _unplaced(help: Help, placed: dict) -> list[str]:
+    """What plan init asks about: roles without an option (the model path is an error, not a question)."""
+    out = []
+    if not help.source or all(r in placed for r in ("model_path", "limit", "output")):
+        return out  # no --help was asked for, or nothing is left to ask
+    if help.problem:
+        out.append(f"could not read the eval command's options ({help.problem}): only PostTrainBench's option names "
+                   f"and a `final_model` argument were placed; name the others with --limit-option, "
+                   f"--output-option, --seed-option")
+        return out
+    if "limit" not in placed:
+        out.append(f"{help.source} lists no sample-limit option: an evaluation's --limit cannot reach the command, "
+                   f"so it is refused; if the command has one, name it with --limit-option (and its every-item "
+                   f"value with --limit-all)")
+    return out  # no output option: check_fields says where the score is read from instead
