@@ -97,8 +97,9 @@ def program(parts: list[str]) -> list[str]:
     return parts[:max(first_option, 1)]
 
 
-def read_help(parts: list[str], cwd: Path, timeout_s: float = HELP_TIMEOUT_S) -> Help:
+def read_help(parts: list[str], cwd: Path, timeout_s: float | None = None) -> Help:
     """Run the script's `--help` once and parse its options; a script that has none is no error."""
+    timeout_s = HELP_TIMEOUT_S if timeout_s is None else timeout_s
     argv = [*program(parts), "--help"]
     source = f"`{' '.join(argv)}`"
     rc, text = run_briefly(argv, cwd, timeout_s)
@@ -180,7 +181,7 @@ def place(role: str, help: Help, taken: set[str]) -> tuple[str | None, list[str]
     if not scored:
         return None, []
     best = scored[0][0]
-    ties = [n for s, n in scored if s == best]
+    ties = sorted(n for s, n in scored if s == best)
     return (ties[0], []) if len(ties) == 1 else (None, ties)
 
 
