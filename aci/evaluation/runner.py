@@ -175,9 +175,10 @@ def warnings_for(ctx: Context, spec: EvalSpec, evaluator, samples: int | None) -
     out = []
     minimum = checkpoints.min_samples(ctx)
     if samples is None:
-        out.append("the eval command reported no sample count and no --limit was given, so the number of items "
-                   "scored is unknown: this result cannot pass the baseline gate or justify a promotion (rule "
-                   f"min-eval-samples); evaluate with --limit {minimum} or more")
+        out.append("the evaluator reported no sample count (no count in its metrics JSON, no inspect log, no "
+                   "per-sample JSONL log), so the number of items scored is unknown, whatever --limit asked for: "
+                   "this result cannot pass the baseline gate or justify a promotion (rule min-eval-samples); make "
+                   "the command write a count (e.g. `n` beside the score)")
     elif samples < minimum:
         out.append(f"{samples} samples is under the minimum of {minimum} for comparisons (rule min-eval-samples): "
                    f"this result cannot pass the baseline gate or justify a promotion; use --limit {minimum} or more")
@@ -236,12 +237,15 @@ def _entry(ctx, ck, spec, evaluator, trials, seeds, eval_id, duration, error, jo
                   seeds=seeds[:len(trials)] if error else seeds, scores=[t.score for t in trials],
                   duration_s=round(duration, 2), error=error, eval_id=eval_id, job=job)
     extra: dict = {"kind": spec.evaluator}
+    if spec.evaluator == "command" and evaluator is not None and not evaluator.seeded:
+        extra["seeds_passed"] = False  # the seeds label the trials; the command never received them
     if trials:
         fields["metric"] = trials[0].details.get("metric")
         extra["inspect_logs"] = [t.details["inspect_log"] for t in trials if t.details.get("inspect_log")]
         # What the evaluator reported, else the explicit limit; never the benchmark's size, which an eval
         # command need not score whole (PostTrainBench's evaluate.py scores 150 GSM8K items without --limit).
-        samples = min((t.samples for t in trials if t.samples), default=None)
+        # unknown if any trial's count is: a known count must cover every trial it is claimed for
+        samples = None if any(not t.samples for t in trials) else min(t.samples for t in trials)
         fields["samples"] = samples
         if not error:
             score, rng = stats.aggregate(trials)
@@ -257,7 +261,8 @@ def _record(ctx: Context, ck: Checkpoint, entry: dict, trials: list[stats.Trial]
     else:
         lo, hi = entry["range"]
         spread = f" (range {lo:.4g}..{hi:.4g})" if len(trials) > 1 else ""
-        msg = f"{ck.id} scored {entry['score']:.4g}{spread} on {entry.get('samples')} samples by {entry['evaluator']}"
+        msg = f"{ck.id} scored {entry['score']:.4g}{spread} on {entry.get('samples') or 'an unknown number of'} " \
+              f"samples by {entry['evaluator']}"
     with ctx.state.event("eval", msg, tool="eval-checkpoint", data={"eval_id": entry["eval_id"], "checkpoint": ck.id}) as w:
         if ck.new:
             w.append(records.CHECKPOINTS, ck.registration())
