@@ -195,3 +195,83 @@ def test_a_broken_timer_falls_back_to_the_recorded_deadline(workdir, script):
     fin = registry.call("finalize", {}, Context(workdir=workdir))
     assert time.monotonic() - started < clock.TIMER_TIMEOUT_S  # the failure is remembered: no second timeout
     assert not fin.passed and any("timer.sh" in r for r in fin.run.reminders)
+
+
+# -- row 7: promotion changes only what it says ----------------------------------------------------------------
+def _two_checkpoints(workdir: Path, tiny_model: Path, **card) -> None:
+    """A run whose base scores 0.2, and checkpoints job/checkpoint-1 (0.6) and job/checkpoint-2 (0.9), each
+    evaluated on 40 items by the stand-in evaluate.py."""
+    from tests.eval_helpers import call, copy_model, init_run, register
+
+    init_run(workdir, tiny_model, **card)
+    call(workdir, checkpoint="base", limit=40)
+    for step, score in ((1, 0.6), (2, 0.9)):
+        ck = copy_model(tiny_model, workdir / "runs" / f"checkpoint-{step}", score)
+        register(workdir, f"job/checkpoint-{step}", ck)
+        call(workdir, checkpoint=f"job/checkpoint-{step}", limit=40)
+
+
+def test_promotion_keeps_the_checkpoints_own_template_and_lists_what_it_wrote(workdir, tiny_model):
+    from tests.eval_helpers import call
+
+    (workdir / "templates").mkdir()
+    (workdir / "templates" / "eval.jinja").write_text((tiny_model / "chat_template.jinja").read_text()
+                                                      .replace("<|im_start|>", "<|im_start|> "))
+    _two_checkpoints(workdir, tiny_model, template="templates/eval.jinja")
+    own = (workdir / "runs" / "checkpoint-1" / "chat_template.jinja").read_text()
+    out = call(workdir, action="promote", checkpoint="job/checkpoint-1").promotion
+    final = workdir / "final_model"
+    assert (final / "chat_template.jinja").read_text() == own  # today: replaced by templates/eval.jinja
+    assert json.loads((final / "tokenizer_config.json").read_text())["chat_template"] == \
+        json.loads((tiny_model / "tokenizer_config.json").read_text())["chat_template"]
+    assert set(out.files) == {p.name for p in final.iterdir()}
+    assert out.files["chat_template.jinja"].endswith("own (differs from the run card template)")
+    assert "end-of-turn id first" in out.files["generation_config.json"]
+    assert any("kept job/checkpoint-1's own chat template" in n and "--set-template" in n for n in out.notes)
+    asked = call(workdir, action="promote", checkpoint="job/checkpoint-2", set_template=True).promotion
+    assert (final / "chat_template.jinja").read_text() == (workdir / "templates" / "eval.jinja").read_text()
+    assert asked.files["chat_template.jinja"] == "run card template"
+
+
+def _mount_namespace_or_skip() -> None:
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") and subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0:
+        return
+    message = "no mount namespace here (unshare -rm fails): cannot make final_model a bind mount"
+    if os.environ.get("ACI_REQUIRE_EXTERNAL") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def test_promotion_into_a_mounted_final_model_swaps_its_contents(workdir, tiny_model, tmp_path_factory):
+    """Harbor mounts final_model and says not to rename it: here it is a bind mount in a mount namespace,
+    where renaming it fails (EBUSY), as today's promotion did. Two promotions replace its contents."""
+    import subprocess
+
+    from aci.evaluation import swap
+
+    _mount_namespace_or_skip()
+    _two_checkpoints(workdir, tiny_model)
+    volume = tmp_path_factory.mktemp("volume")
+    (workdir / "final_model").mkdir()
+    aci = f"{shlex.quote(sys.executable)} -m aci.cli"
+    final = shlex.quote(str(workdir / "final_model"))
+    script = (f"mount --bind {shlex.quote(str(volume))} {final} && mv {final} {final}.x; "
+              f"{aci} eval-checkpoint promote --checkpoint job/checkpoint-1 && "
+              f"{aci} eval-checkpoint promote --checkpoint job/checkpoint-2 && "
+              f"grep -qF ' {workdir / 'final_model'} ' /proc/self/mountinfo")  # still the mount
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=workdir, capture_output=True, text=True,
+                          timeout=300)
+    assert "Device or resource busy" in done.stderr  # the folder itself cannot be renamed there
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("swapped the contents of final_model, not the folder (final_model is a mount "
+                             "point)") == 2, done.stdout
+    m = swap.marker(volume)
+    assert m["checkpoint"] == "job/checkpoint-2" and swap.verify(volume) == []
+    assert json.loads((volume / "config.json").read_text())["aci_test_score"] == 0.9
+    assert sorted(p.name for p in volume.iterdir() if p.name.startswith(".aci-")) == [swap.MARKER]
+    assert Context(workdir=workdir).best.checkpoint == "job/checkpoint-2"
+    assert not list(workdir.glob("final_model.*"))

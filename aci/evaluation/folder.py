@@ -253,15 +253,20 @@ def resave_here(source: str, out: str) -> dict:
 
 
 def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | None = None,
-          template: str | None = None, link: bool = False, sampling: dict | None = None) -> dict:
+          template: str | None = None, set_template: bool = False, link: bool = False,
+          sampling: dict | None = None) -> dict:
     """Write the servable folder for checkpoint `source` into the empty folder `out`.
 
     `base_dir` is the base model's local folder (tokenizer and processor files are taken from it when
     the checkpoint lacks them); `merge_onto` is the full model a LoRA `source` is merged onto;
-    `template` is the chat template text the evaluation renders (saved as the tokenizer's template).
+    `template` is the chat template text the evaluation renders: it names the end-of-turn token, and it
+    becomes the tokenizer's template only where the checkpoint has none of its own (its tokenizer comes
+    from elsewhere, or carries no template) or `set_template` asks for it, so a checkpoint's own
+    tokenizer and template files reach final_model unchanged.
     `link` hard-links unchanged files instead of copying (for throw-away evaluation folders).
     `sampling` replaces the generation config's sampling keys (see `aci.sampling`).
-    Returns what was written: end-of-turn token and id, where each part came from, file sizes.
+    Returns what was written: end-of-turn token and id, where each part came from, and `written`: every
+    file of `out` with where it came from.
     """
     out.mkdir(parents=True, exist_ok=True)
     origin: dict[str, str] = {}
@@ -301,9 +306,13 @@ def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | 
         if (tok_from / name).is_file():
             _copy(tok_from / name, out / name, link)
     origin["tokenizer"] = str(tok_from)
-    if template:
+    own = tokenizer_template(source) if tok_from == source else None
+    if template and (set_template or own is None):
         _set_template(out, template)
         origin["template"] = "run card template"
+    elif own is not None:
+        origin["template"] = f"{source}'s own" + ("" if not template or own == template else
+                                                   " (differs from the run card template)")
     proc_from = next((d for d in sources if any((d / n).is_file() for n in PROCESSOR_FILES)), None)
     if proc_from is not None:
         for name in PROCESSOR_FILES:
@@ -327,7 +336,24 @@ def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | 
     write_json(out / GENERATION_CONFIG, gen)
     origin["generation_config"] = str(gen_from) if gen_from else "new"
     fsync_tree(out)
-    return {"eot": eot, "eot_id": eot_id, "origin": origin}
+    return {"eot": eot, "eot_id": eot_id, "origin": origin, "written": _written(out, origin)}
+
+
+def _written(out: Path, origin: dict[str, str]) -> dict[str, str]:
+    """Each file of `out` and where it came from, in words (what promotion lists)."""
+    written = {TEMPLATE_FILE: origin.get("template", origin["tokenizer"]), GENERATION_CONFIG:
+               f"written: end-of-turn id first in eos_token_id, from {origin['generation_config']}"
+               + (f", sampling {origin['sampling']}" if "sampling" in origin else "")}
+    if origin.get("template") == "run card template":
+        written["tokenizer_config.json"] = f"from {origin['tokenizer']}, chat_template set to the run card template"
+    kinds = [(TOKENIZER_FILES, "tokenizer"), (PROCESSOR_FILES, "processor")]
+    out_files = {}
+    for p in sorted(out.iterdir()):
+        if not p.is_file():
+            continue
+        kind = next((k for names, k in kinds if p.name in names), "weights")
+        out_files[p.name] = written.get(p.name) or f"from {origin.get(kind, origin['weights'])}"
+    return out_files
 
 
 def _set_template(out: Path, template: str) -> None:

@@ -57,6 +57,9 @@ class EvalSpec(BaseModel):
                                 description="dev: 0 = greedy; > 0 samples with each trial's seed")
     max_new_tokens: int = Field(256, ge=1, description="dev: tokens generated per reply")
     batch_size: int = Field(8, ge=1, description="dev and lm-eval: prompts per forward pass")
+    set_template: bool = Field(False, description="build the evaluated (and promoted) folder with the run card's "
+                               "template as its tokenizer's chat template even where the checkpoint has its own "
+                               "(default: keep the checkpoint's own tokenizer and template files)")
     timeout_s: float = Field(3600, gt=0, allow_inf_nan=False, description="command: seconds per trial before the command is killed")
 
     @field_validator("limit")
@@ -134,7 +137,7 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
                            check_host=lambda h: ctx.rules.check_host(h, judge=True), label=label)
 
 
-def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool) -> dict:
+def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool, set_template: bool = False) -> dict:
     """Build `ck` as the benchmark would load it into `out` (see `folder.build`)."""
     if ck.local is None:
         raise ACIError(f"checkpoint {ck.id} has no local folder ({ck.path})")
@@ -149,7 +152,7 @@ def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool) -> dict:
             raise ACIError(f"{ck.id} is a LoRA adapter but the model it was trained on has no local folder "
                            f"(parent chain {' -> '.join(checkpoints.ancestry(ctx, ck))})")
         return folder.build(ck.local, out, base_dir=checkpoints.base(ctx).local, merge_onto=onto,
-                            template=template_text(ctx), link=link, sampling=ck.sampling)
+                            template=template_text(ctx), set_template=set_template, link=link, sampling=ck.sampling)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -208,7 +211,7 @@ def evaluate(ctx: Context, ck: Checkpoint, spec: EvalSpec, *, job: str | None = 
         model_path = ck.path
         if ck.id != checkpoints.BASE:
             work = ctx.workdir / WORK / eval_id
-            prepare(ctx, ck, work, link=True)
+            prepare(ctx, ck, work, link=True, set_template=spec.set_template)
             model_path = str(work)
         for i, seed in enumerate(seeds):
             if progress:
