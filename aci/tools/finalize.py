@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from aci.context import Context
-from aci.evaluation import checkpoints, checks, promotion, runner, swap
+from aci.evaluation import checkpoints, checks, probe, promotion, runner, swap
 from aci.evaluation import job as evaljob
 from aci.progress import FINALIZE, protected_changed
 from aci.registry import ToolInput, ToolOutput, tool
@@ -55,11 +55,12 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
     reads it: loads, and holds the settings promoted with an `<id>@<settings>` checkpoint); processor (files the base model
     has, e.g. Gemma's preprocessor_config.json); promotion (the folder is the one best.json names,
     unedited); eval-files (evaluate.py, evaluation_code/, templates/ unchanged); generates (the model
-    loads with transformers and writes a short reply to a rendered prompt, in a child process that
-    exits); with --limit N, eval (the eval command scores final_model on N samples, as an evaluation
-    job). Promotions wait while it checks, so the record names the folder it checked. The run's
-    `finalized` gate needs a pass on the current promotion: run it after every promotion and fix every
-    failed item."""
+    loads with transformers, in a child process that exits, and answers the first test item of the
+    pinned reference, worded by the benchmark card's `prompt` and rendered with the run card's
+    template, in the answer format the benchmark card's `answer_format` or the grader names); with
+    --limit N, eval (the eval command scores final_model on N samples, as an evaluation job).
+    Promotions wait while it checks, so the record names the folder it checked. The run's `finalized`
+    gate needs a pass on the current promotion: run it after every promotion and fix every failed item."""
     ctx.require_card()
     # The promotion lock is held from the repair to the record: no promotion can swap final_model while it
     # is checked, so the promotion id recorded is the one of the folder every item looked at.
@@ -69,7 +70,7 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
         best = ctx.best.model_dump(mode="json") if ctx.best else None
         promotion_id = (swap.marker(final) or {}).get("promotion_id")
         items = checks.check(final, template=runner.template_text(ctx), base_dir=checkpoints.base(ctx).local,
-                             best=best, changed_eval_files=protected_changed(ctx),
+                             best=best, changed_eval_files=protected_changed(ctx), probe=probe.probe(ctx),
                              evaluate=_eval_run(ctx, inp) if inp.limit else None)
         passed = all(i.passed for i in items)
         record = {"passed": passed, "ts": iso(), "path": str(final), "checkpoint": (best or {}).get("checkpoint"),
