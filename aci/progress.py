@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from aci import clock, jobs, manifest, records
 from aci.context import Context
-from aci.goal import BENCHMARK_CARD, Goal, goal
+from aci.goal import BENCHMARK_CARD, Goal, goal, unconfirmed
 from aci.rules import Guide
 from aci.state import iso, now, parse_ts
 
@@ -147,10 +147,14 @@ def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None, the_
     if not ctx.card or not best or ctx.clock.in_reserve():
         return base
     g = the_goal or goal(ctx)
-    if g.source == "top of the scale":
-        lead = (f"final_model ({best.checkpoint}) scores {best.score:.4g} on {best.samples or 'some'} samples: "
-                f"evaluate it on every item (aci eval-checkpoint evaluate --checkpoint {best.checkpoint} --limit -1) "
-                f"and with --trials 3; read the failures that shows, or make the data harder and more varied.")
+    if g.source == "top of the scale":  # no failures left to read: confirm the score, then what is worth doing
+        missing = unconfirmed(ctx)
+        said = f"final_model ({best.checkpoint}) scores {best.score:.4g} on {best.samples or 'an unknown number of'} " \
+               f"samples"
+        if missing:
+            return [f"{said}: {' and '.join(missing)}; read any failures that shows.",
+                    *ctx.rules.file.top_of_scale.next]
+        return [f"{said}, on every item: nothing scores above it.", *ctx.rules.file.top_of_scale.next]
     elif g.stretch:
         lead = (f"Target met: keep improving until the final reserve. Next goal {g.value:.4g} ({g.source}): one "
                 f"hypothesis per iteration, compared with aci eval-checkpoint compare.")

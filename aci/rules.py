@@ -140,6 +140,8 @@ class RulesFile(_Strict):
     version: Literal[1]
     rules: list[Rule] = Field(min_length=1)
     before_run_card: Guide
+    top_of_scale: Guide = Field(description="next actions once the best model scores the top of the scale and "
+                                            "that is confirmed: no failures are left to read")
     phases: dict[str, PhaseGuide] = Field(min_length=1, description="what each phase name means, shared by the "
                                                                     "profiles")
     profiles: dict[str, Profile]
@@ -265,7 +267,7 @@ def _check_references(data: RulesFile, path: Path) -> None:
     def fail(field: str, message: str) -> ACIError:
         return ACIError(f"rules file {path}: field {field}: {message}")
 
-    for field, guide in [("before_run_card", data.before_run_card),
+    for field, guide in [("before_run_card", data.before_run_card), ("top_of_scale", data.top_of_scale),
                          *((f"phases.{n}", g) for n, g in data.phases.items())]:
         unknown = [r for r in guide.rules if r not in ids]
         if unknown:
