@@ -156,8 +156,8 @@ def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None, the_
                     *ctx.rules.file.top_of_scale.next]
         return [f"{said}, on every item: nothing scores above it.", *ctx.rules.file.top_of_scale.next]
     elif g.stretch:
-        lead = (f"Target met: keep improving until the final reserve. Next goal {g.value:.4g} ({g.source}): one "
-                f"hypothesis per iteration, compared with aci eval-checkpoint compare.")
+        lead = (f"{'Target met' if g.met else 'No target set'}: keep improving until the final reserve. Next goal "
+                f"{g.value:.4g} ({g.source}): one hypothesis per iteration, compared with aci eval-checkpoint compare.")
     else:
         return base
     return [lead, *base]
