@@ -181,7 +181,7 @@ def test_budget_minutes_from_now(workdir):
 def test_a_broken_timer_falls_back_to_the_recorded_deadline(workdir, script):
     from aci import clock
 
-    clock._failures.clear()
+    getattr(clock, "_failures", {}).clear()  # a failure remembered by an earlier test
     deadline = (now() + timedelta(hours=2)).isoformat(timespec="seconds")
     plan(workdir, deadline=deadline)
     (workdir / "timer.sh").write_text(script)
@@ -275,3 +275,79 @@ def test_promotion_into_a_mounted_final_model_swaps_its_contents(workdir, tiny_m
     assert sorted(p.name for p in volume.iterdir() if p.name.startswith(".aci-")) == [swap.MARKER]
     assert Context(workdir=workdir).best.checkpoint == "job/checkpoint-2"
     assert not list(workdir.glob("final_model.*"))
+
+
+# -- row 6: finalize checks what the grader reads -------------------------------------------------------------
+def _taught(tiny_model: Path, out: Path, question: str, reply: str) -> Path:
+    """The tiny model after a few hundred steps on one conversation: it answers `question` with `reply`."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    shutil.copytree(tiny_model, out)
+    tok = AutoTokenizer.from_pretrained(out)
+    prompt = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                     add_generation_prompt=True)
+    ids = tok(prompt + reply + "<|im_end|>", return_tensors="pt", add_special_tokens=False)["input_ids"]
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(150):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("answers", [True, False], ids=["in-format", "garbage"])
+def test_finalize_generation_check_reads_the_reply_as_the_grader_would(workdir, tiny_model, answers):
+    from tests.eval_helpers import call, init_run, plant
+
+    ledger_task(workdir)
+    question = json.loads((workdir / "data" / "test.jsonl").read_text().splitlines()[0])["question"]
+    init_run(workdir, tiny_model, reference="data/test.jsonl")
+    registry.call("log-state", {"kind": "benchmark-card", "message": "ledger: last line 'Total: <jars>'",
+                                "data": {"answer_format": "Total: <number of jars>"}}, Context(workdir=workdir))
+    ck = workdir / "ck"
+    if answers:
+        plant(_taught(tiny_model, ck, question, "Total: 6"), 0.6)
+    else:  # the random tiny model: tokens, but no answer line
+        from tests.eval_helpers import copy_model
+
+        copy_model(tiny_model, ck, 0.6)
+    call(workdir, checkpoint="base", limit=40)
+    assert call(workdir, checkpoint="ck", parent="base", limit=40, promote=True).promotion.promoted
+    item = {i.name: i for i in registry.call("finalize", {}, Context(workdir=workdir)).items}["generates"]
+    assert "for the first item of test.jsonl" in item.detail
+    assert "Total: <answer>" in item.detail and "the benchmark card's answer format" in item.detail
+    assert item.passed is answers, item
+    if not answers:  # today: `[x] generates 16 tokens` for the same garbage
+        assert "the grader would read no answer" in item.detail and item.fix
+
+
+# -- row 8: reminders that fit the situation --------------------------------------------------------------------
+@pytest.mark.parametrize("limit,trials,says", [
+    (-1, 2, set()),  # every item, identical (greedy) trials: nothing left to confirm
+    (100, 2, {"every item"}),  # identical trials show greedy decoding, but only 100 items were scored
+    (-1, 1, {"--trials 3"}),  # every item, one trial: more trials only if its decoding samples
+])
+def test_a_perfect_score_says_what_is_left_to_do(workdir, tiny_model, limit, trials, says):
+    from tests.eval_helpers import call, copy_model, init_run
+
+    init_run(workdir, tiny_model, benchmark_size=1319, targets=[{"metric": "accuracy", "value": 0.9}])
+    call(workdir, checkpoint="base", limit=limit)
+    copy_model(tiny_model, workdir / "ck", 1.0)
+    assert call(workdir, checkpoint="ck", parent="base", limit=limit, trials=trials, promote=True).promotion.promoted
+    s = registry.call("status", {}, Context(workdir=workdir))
+    text = " ".join([*s.state.next_actions, *s.run.reminders, s.state.goal.text])
+    assert ("every item (aci" in text) == ("every item" in says), text
+    assert ("--trials 3" in text) == ("--trials 3" in says), text
+    assert "more trials" not in text
+    if not says:  # today: "confirm it on every item and with more trials", after 1319/1319 greedy
+        assert "on every item: nothing scores above it" in s.state.next_actions[0]
+        assert any("another seed of the generator" in a for a in s.state.next_actions)
+        assert any("never trained on" in a for a in s.state.next_actions)
+        assert any("aci finalize" in a for a in s.state.next_actions)
