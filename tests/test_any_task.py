@@ -47,7 +47,7 @@ def test_plan_init_maps_every_option_of_a_command_it_has_never_seen(workdir):
     typed = ledger_task(workdir)
     out = plan(workdir, eval_command=typed)
     cmd = out.card["eval_command"]
-    assert cmd.endswith("ledger_eval.py --checkpoint {model_path} --n {limit} --out {output} --seed {seed}"), cmd
+    assert cmd.endswith("ledger_eval.py --checkpoint {model_path} --n {limit} --out {output}"), cmd
     opts = out.card["eval_options"]
     assert (opts["model_path"], opts["limit"], opts["limit_all"], opts["output"], opts["seed"]) == \
         ("--checkpoint", "--n", "0", "--out", "--seed")
@@ -55,6 +55,9 @@ def test_plan_init_maps_every_option_of_a_command_it_has_never_seen(workdir):
     text = out.summary()
     assert "eval option for the sample limit: --n" in text and "every item = 0" in text
     assert "`--n 0` -> `--n {limit}`" in text and "`--out results.json` -> `--out {output}`" in text
+    assert "trials pass no seed (--seed-option adds it)" in text  # found, but the run is not changed unasked
+    seeded = plan(workdir, eval_command=typed, seed_option="--seed", force=True)
+    assert seeded.card["eval_command"].endswith("--out {output} --seed {seed}")
 
 
 def test_an_option_two_roles_fit_is_asked_for_not_guessed(workdir):
@@ -139,6 +142,7 @@ def test_nested_metrics_and_their_counts_are_found():
         pick_score(two, None, "f")
     assert sample_count(two, "results.b.exact_match") == 20 and sample_count(two) is None
     assert sample_count({"acc": 1.0, "predictions": [{"id": 1}, {"id": 2}]}, "acc") == 2
+    assert sample_count({"scores": {"ledger": {"accuracy": 0.5, "count": 30}}}, "scores.ledger.accuracy") == 30
 
 
 def test_samples_are_counted_from_the_commands_own_sample_log(tmp_path):

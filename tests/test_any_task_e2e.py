@@ -106,7 +106,7 @@ def seen(tmp_path_factory) -> tuple[Path, dict]:
 def test_plan_maps_the_users_options_and_budgets_the_deadline(seen):
     _, s = seen
     p = s["plan"]
-    assert p["card"]["eval_command"].endswith("--checkpoint {model_path} --n {limit} --out {output} --seed {seed}")
+    assert p["card"]["eval_command"].endswith("--checkpoint {model_path} --n {limit} --out {output}")
     assert p["card"]["eval_options"]["limit_all"] == "0" and p["deadline_source"] == "run card deadline"
     assert 39.5 < p["card"]["budget_hours"] * 60 <= 40.05
     submit = next(x for x in p["phases"] if x["name"] == "submit")

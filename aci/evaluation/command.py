@@ -38,7 +38,8 @@ from aci.jobs import tail
 
 PLACEHOLDERS = ("{model_path}", "{limit}", "{output}", "{seed}")
 SCORE_KEYS = ("accuracy", "score", "acc", "exact_match", "pass@1", "mean")
-COUNT_KEYS = ("n_examples", "n_samples", "num_samples", "samples", "sample_count", "total", "n")
+COUNT_KEYS = ("n_examples", "num_examples", "n_samples", "num_samples", "samples", "sample_count", "count", "total",
+              "n")
 _NOT_SCORES = ("stderr", "std", "count", "total", "n_", "num_", "samples", "time", "seconds")
 PER_SAMPLE_KEYS = ("samples", "predictions", "records", "items", "per_sample")
 

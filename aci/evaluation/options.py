@@ -14,9 +14,11 @@ count of 0 or below can only mean all).
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aci.errors import ACIError
 from aci.processes import run_briefly
 
 HELP_TIMEOUT_S = 10.0  # a script that imports its stack before argparse answers --help in seconds
@@ -24,7 +26,8 @@ ROLES = ("model_path", "limit", "output", "seed")
 PLACEHOLDER = {"model_path": "{model_path}", "limit": "{limit}", "output": "{output}", "seed": "{seed}"}
 WHAT = {"model_path": "the model path", "limit": "the sample limit", "output": "the metrics output file",
         "seed": "the seed"}
-# PostTrainBench's evaluate.py: these names are placed without asking its --help (which may be slow to answer).
+# PostTrainBench's evaluate.py: these names are placed first, and also when its --help cannot be read (it may
+# import its whole stack before argparse answers).
 KNOWN = {"--model-path": "model_path", "--model_path": "model_path", "--limit": "limit",
          "--json-output-file": "output"}
 
@@ -224,10 +227,6 @@ class Translation:
 
 def split(command: str) -> list[str]:
     """The command's arguments as a POSIX shell would split them; an unsplittable or empty one is refused."""
-    import shlex
-
-    from aci.errors import ACIError
-
     try:
         parts = shlex.split(command)
     except ValueError as e:
@@ -239,8 +238,6 @@ def split(command: str) -> list[str]:
 
 def _join(parts: list[str]) -> str:
     """shlex.join, but placeholders stay readable: `{model_path}`, not `'{model_path}'`."""
-    import shlex
-
     return " ".join(p if _PLAIN.fullmatch(p) else shlex.quote(p) for p in parts)
 
 
@@ -250,8 +247,6 @@ def _is_model_value(part: str) -> bool:
 
 def roles(parts: list[str], help: Help, given: dict[str, str]) -> tuple[dict[str, str], dict[str, str], dict]:
     """(role -> option, role -> how it was placed, role -> options that tie for it)."""
-    from aci.errors import ACIError
-
     placed, how, ties = {}, {}, {}
     for role, opt in given.items():
         if not re.fullmatch(r"-{1,2}[A-Za-z0-9][\w.-]*", opt or ""):
@@ -277,13 +272,11 @@ def translate(typed: str, help: Help | None = None, given: dict[str, str] | None
     """The eval command as typed -> a template with `{model_path}`, `{limit}`, `{output}` and `{seed}`.
 
     Each role's option (see `roles`) gets its placeholder as value, and is added when the command as typed
-    lacks it (a seed only to a command typed without placeholders: a template's trials stay as its author
-    wrote them); a bare `final_model` argument becomes `{model_path}`. Without a readable `--help`, only
+    lacks it (a seed only when asked for with --seed-option: the command's runs stay as typed otherwise,
+    and the mapping says the seed option exists); a bare `final_model` argument becomes `{model_path}`. Without a readable `--help`, only
     PostTrainBench's option names are placed, and its `evaluate.py` gets `--limit {limit}` and
     `--json-output-file {output}` when missing (its score is read from that file). A template comes back
     as it is, so translating twice changes nothing; an option two roles could take is asked for."""
-    from aci.errors import ACIError
-
     parts = split(typed)
     help = help or Help(problem="not read")
     placed, how, ties = roles(parts, help, given or {})
@@ -322,9 +315,11 @@ def translate(typed: str, help: Help | None = None, given: dict[str, str] | None
             placed.setdefault(role, opt)
             how.setdefault(role, "PostTrainBench's evaluate.py")
     text = " ".join(out)
-    template = any(p in typed for p in PLACEHOLDER.values())  # the user's own template: no seed is added to it
-    for role in ROLES if not template else ("model_path", "limit", "output"):
+    for role in ROLES:
         if role in placed and PLACEHOLDER[role] not in text and placed[role] != "(argument)":
+            if role == "seed" and how[role] != "given":  # the tools run without it: changing the run is asked for
+                how[role] += "; not in the command, so trials pass no seed (--seed-option adds it)"
+                continue
             out += [placed[role], PLACEHOLDER[role]]
             changes.append(f"added `{placed[role]} {PLACEHOLDER[role]}`: {WHY[role]}")
     if "{model_path}" not in " ".join(out):
@@ -350,8 +345,6 @@ def _record(typed: str, help: Help, placed: dict, how: dict, typed_values: dict)
 
 def learn(typed: str, cwd: Path, given: dict[str, str], limit_all: str | None = None) -> Translation:
     """`translate` with what the script's own `--help` says (run once, here); `limit_all` as given wins."""
-    from aci.errors import ACIError
-
     t = translate(typed, read_help(split(typed), cwd), given)
     if limit_all is not None:
         if "limit" not in t.options:
@@ -368,8 +361,6 @@ def for_card(card, eval_command: str | None, given: dict[str, str], limit_all: s
              cwd: Path) -> Translation | None:
     """What `plan` records for an eval command: the one given, else (when only option names are given) the
     run card's command as first typed, learnt again with them; None when neither is asked for."""
-    from aci.errors import ACIError
-
     typed = eval_command
     if typed is None and (given or limit_all is not None):
         typed = card.eval_options.typed if card and card.eval_options else None
