@@ -199,6 +199,8 @@ def test_a_broken_timer_falls_back_to_the_recorded_deadline(workdir, script):
     fin = registry.call("finalize", {}, Context(workdir=workdir))
     assert time.monotonic() - started < clock.TIMER_TIMEOUT_S  # the failure is remembered: no second timeout
     assert not fin.passed and any("timer.sh" in r for r in fin.run.reminders)
+    again = plan(workdir, deadline=deadline, force=True)  # plan init itself is not stopped by it either
+    assert again.card["deadline"] == deadline and any("timer.sh" in w for w in again.warnings)
 
 
 # -- row 7: promotion changes only what it says ----------------------------------------------------------------
