@@ -55,26 +55,43 @@ def signal_group(pid: int | None, sig: int) -> None:
 
 def run_briefly(argv: list[str], cwd, timeout_s: float, max_chars: int = 65536) -> tuple[int | None, str]:
     """Run a short helper command (`timer.sh`, an eval script's `--help`) to its end or `timeout_s`:
-    (exit code, or None when it timed out or could not start; its stdout and stderr, at most `max_chars`).
+    (exit code, or None when it timed out, flooded its output or could not start; its stdout and stderr,
+    at most `max_chars`).
 
-    It runs in a session of its own with no stdin, and on timeout its whole group is killed, so a child
-    that keeps the output pipe open (`sleep` in a hanging script) cannot make the caller wait longer."""
+    It runs in a session of its own with no stdin; its output is read as it comes, so neither a child
+    that keeps the pipe open (`sleep` in a hanging script) nor endless output can hold the caller longer
+    than `timeout_s` or fill its memory: on either, the whole group is killed."""
+    import select
     import subprocess
+    import time
 
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as e:
         return None, f"could not start: {e.strerror or e}"
+    out, end, done = bytearray(), time.monotonic() + timeout_s, False
+    fd = proc.stdout.fileno()
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        signal_group(proc.pid, 9)
+        while len(out) <= max_chars * 4:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                done = True
+                break
+            out += chunk
+    finally:
+        proc.stdout.close()
+    if done:
         try:
-            out, _ = proc.communicate(timeout=1)
-        except subprocess.TimeoutExpired:  # a grandchild outside the group holds the pipe: give up on it
-            proc.stdout.close()
-            proc.wait()
-            out = b""
-        return None, out.decode(errors="replace")[:max_chars]
-    return proc.returncode, out.decode(errors="replace")[:max_chars]
+            rc = proc.wait(timeout=max(end - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:  # closed its output but runs on
+            rc = None
+    else:
+        rc = None
+    if rc is None:
+        signal_group(proc.pid, 9)
+        proc.wait()
+    return rc, out.decode(errors="replace")[:max_chars]

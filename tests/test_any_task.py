@@ -181,6 +181,18 @@ def test_budget_minutes_from_now(workdir):
 
 
 # -- issue 26 row 9: a timer.sh that hangs or fails ------------------------------------------------------------
+def test_helper_commands_cannot_hold_the_caller(tmp_path):
+    """What runs timer.sh and a script's --help: a child holding the pipe, or endless output, is cut off."""
+    from aci.processes import run_briefly
+
+    started = time.monotonic()
+    assert run_briefly(["bash", "-c", "echo 1:00; sleep 30 & sleep 30"], tmp_path, 1.0) == (None, "1:00\n")
+    rc, out = run_briefly(["yes"], tmp_path, 10.0, max_chars=1000)
+    assert rc is None and len(out) == 1000 and time.monotonic() - started < 5
+    assert run_briefly([str(tmp_path / "missing")], tmp_path, 1.0)[1].startswith("could not start")
+
+
+
 @pytest.mark.parametrize("script", ["sleep 30\n", "echo 'no time here'; exit 3\n"], ids=["hangs", "fails"])
 def test_a_broken_timer_falls_back_to_the_recorded_deadline(workdir, script):
     from aci import clock

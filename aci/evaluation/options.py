@@ -106,14 +106,13 @@ def read_help(parts: list[str], cwd: Path, timeout_s: float | None = None) -> He
     argv = [*program(parts), "--help"]
     source = f"`{' '.join(argv)}`"
     rc, text = run_briefly(argv, cwd, timeout_s)
-    if rc is None and text.startswith("could not start"):
-        return Help(source=source, problem=f"{source} {text}")
+    options = parse_help(text)  # a script that printed its help and went on running still listed them
+    if options:
+        return Help(options=options, source=source)
     if rc is None:
-        return Help(source=source, problem=f"{source} did not finish within {timeout_s:g} s")
-    options = parse_help(text)
-    if not options:
-        return Help(source=source, problem=f"{source} exited with code {rc} and listed no options")
-    return Help(options=options, source=source)
+        return Help(source=source, problem=f"{source} {text}" if text.startswith("could not start") else
+                    f"{source} printed no options within {timeout_s:g} s")
+    return Help(source=source, problem=f"{source} exited with code {rc} and listed no options")
 
 
 _BOX = re.compile(r"^[\s│┃|]+|[\s│┃|]+$")  # typer/rich draw boxes around the options
