@@ -110,6 +110,8 @@ def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:
         fields["reference"] = train_gates.pin_reference(ctx, fields["reference"], card.get("reference"))
     if "deadline" in fields and "budget_hours" not in fields:  # the budget follows a new deadline
         deadline, _ = parse_deadline(str(fields["deadline"]))
+        if deadline <= now():
+            raise ACIError(f"deadline {fields['deadline']!r} ({deadline.isoformat(timespec='seconds')}) has passed")
         started = parse_ts(card["started_at"])
         fields["budget_hours"] = round(max((deadline - started).total_seconds(), 60) / 3600, 4)
     card.update(fields)

@@ -174,6 +174,9 @@ def test_budget_minutes_from_now(workdir):
     out = plan(workdir, budget_minutes=40)
     assert out.card["budget_hours"] == pytest.approx(40 / 60)
     assert next(p for p in out.phases if p.name == "submit").allocated_min == pytest.approx(6.0)
+    later = (now() + timedelta(minutes=90)).isoformat(timespec="seconds")
+    moved = registry.call("plan", {"action": "update", "deadline": later}, Context(workdir=workdir))
+    assert 89.5 < moved.card["budget_hours"] * 60 < 90.5  # the budget follows a new deadline
     with pytest.raises(ACIError, match="not both"):
         plan(workdir, budget_minutes=40, budget_hours=1, force=True)
     with pytest.raises(ACIError, match="has passed"):

@@ -85,8 +85,13 @@ class PlanOutput(ToolOutput):
 @tool("plan", title="Run card and phase plan", idempotent=False)
 def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
     """Create (init), read (show) or change (update) the run card: base model, benchmark, eval command,
-    template, budget and deadline (read from timer.sh when present). Returns the phase plan with time
-    allocated and spent, the gates passed, and the next actions."""
+    template, budget and deadline. The eval command goes in as typed: its options (model path, sample
+    limit and its every-item value, output file, seed) are read from the script's own --help and the
+    mapping is shown; what cannot be placed is asked for (--model-option, --limit-option, --limit-all,
+    --output-option, --seed-option). The deadline comes from timer.sh when present, else --deadline (ISO
+    or a clock time) or --budget-minutes/--budget-hours, which also set the budget the phase plan and the
+    final reserve follow. Returns the phase plan with time allocated and spent, the gates passed, and the
+    next actions."""
     roles = {"model_path": inp.model_option, "limit": inp.limit_option, "output": inp.output_option,
              "seed": inp.seed_option}
     fields = inp.model_dump(exclude={"action", "force", "limit_all", "budget_minutes", *OPTION_FIELDS},
