@@ -401,7 +401,8 @@ def test_cli_prints_results_and_exits_2_on_errors(workdir, tiny_model):
     ok = subprocess.run([*aci, "eval-checkpoint", "evaluate", "--checkpoint", "base", "--limit", "40", "--trials", "2"],
                         cwd=workdir, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert "base: 0.2 range 0.2..0.2 on 40 samples, 2 trial(s), eval-command limit 40" in ok.stdout
+    assert "base: 0.2 range 0.2..0.2 on 40 samples, 2 trial(s) (no seed reaches the command), eval-command " \
+        "limit 40" in ok.stdout
     bad = subprocess.run([*aci, "eval-checkpoint", "compare", "--checkpoint", "base"], cwd=workdir,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "two different checkpoints" in bad.stderr

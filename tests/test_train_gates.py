@@ -148,8 +148,8 @@ def test_eval_template_must_render_the_data_and_must_be_named(tmp_path, tiny_mod
 
 
 def test_final_reserve_started(tmp_path, tiny_model):
-    make_run(tmp_path, tiny_model, profile="default", contamination=None,
-             deadline=(now() + timedelta(minutes=10)).isoformat())
+    make_run(tmp_path, tiny_model, profile="default", contamination=None, budget_hours=10,  # a 10-hour run
+             deadline=(now() + timedelta(minutes=10)).isoformat())  # with 10 minutes left
     assert "the final reserve has started" in refused("final-reserve", tmp_path)
 
 
@@ -209,7 +209,8 @@ def test_the_deadline_check_counts_the_time_to_tokenize_the_whole_file(tmp_path,
             measured = await c.call_tool("train", {"action": "dry-run", "data": "big.jsonl", **args})
             tokenize_s = measured.structured_content["checks"]["estimate"]["tokenize_s"]
             deadline = now() + reserve + timedelta(seconds=STARTUP_S + tokenize_s / 4)
-            assert not (await c.call_tool("plan", {"action": "update", "deadline": deadline.isoformat()})).is_error
+            update = {"action": "update", "deadline": deadline.isoformat(), "budget_hours": 10}  # a 10-hour run
+            assert not (await c.call_tool("plan", update)).is_error
             big = await c.call_tool("train", {"action": "dry-run", "data": "big.jsonl", **args})
             return small, tokenize_s, big
 
