@@ -114,6 +114,7 @@ Options:
     assert all_value(opts[1].help, None) == ("-1", "its help text")
     assert all_value("number of samples", "0") == ("0", "the command as typed")
     assert all_value("number of samples", "50") == (None, None)
+    assert all_value("samples to score (default: 150, use -1 for all)", None) == ("-1", "its help text")
 
 
 # -- row 2: a --limit that cannot reach the command, and samples from what ran -----------------------------

@@ -191,10 +191,12 @@ def all_value(help_text: str, typed: str | None) -> tuple[str | None, str | None
     """The limit value that means every item, and where it was read: the limit option's help (`0 = all`,
     `-1 for all`), else the value as typed when it is 0 or below (no count of items)."""
     found = set()
-    for m in _NUMBER.finditer(help_text):
-        near = help_text[max(m.start() - 25, 0):m.end() + 25]
-        if _ALL_WORDS.search(near):
-            found.add(m.group())
+    numbers = list(_NUMBER.finditer(help_text))
+    for word in _ALL_WORDS.finditer(help_text):  # the number nearest each "all" ("default 150, -1 for all": -1)
+        near = [(min(abs(m.start() - word.end()), abs(word.start() - m.end())), m.group()) for m in numbers]
+        near = [(d, n) for d, n in near if d <= 25]
+        if near:
+            found.add(min(near)[1])
     if len(found) == 1:
         return found.pop(), "its help text"
     if typed is not None and re.fullmatch(r"-?\d+", typed) and int(typed) <= 0:
