@@ -78,12 +78,12 @@ def test_a_script_without_help_is_read_safely_and_the_rest_is_asked_for(workdir,
     """No --help at all (the script ignores its arguments and hangs): plan init returns within the help
     timeout (shortened here), maps the `final_model` argument, and asks for the other options instead of
     guessing."""
-    from aci.evaluation import options
+    from aci.evaluation import options, translation
 
     monkeypatch.setattr(options, "HELP_TIMEOUT_S", 1.0)
     (workdir / "bare.py").write_text("import time\ntime.sleep(60)\n")
     started = time.monotonic()
-    t = options.learn("python bare.py final_model --n 5", workdir, {}, None)
+    t = translation.learn("python bare.py final_model --n 5", workdir, {}, None)
     assert time.monotonic() - started < options.HELP_TIMEOUT_S + 3
     assert t.command == "python bare.py {model_path} --n 5"  # --n is not placed by its name alone
     assert any("could not read the eval command's options" in w and "--limit-option" in w for w in t.warnings)

@@ -12,7 +12,7 @@ from aci import registry
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation.command import argv
-from aci.evaluation.options import translate
+from aci.evaluation.translation import translate
 
 TEMPLATE = "python evaluate.py --model-path {model_path} --limit {limit} --json-output-file {output}"
 

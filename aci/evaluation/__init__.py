@@ -6,8 +6,9 @@
   end-of-turn token.
 * `command`, `lmeval`, `devset`: the three evaluators (the user's eval command, an lm-eval task, a
   held-out dev set graded by `aci.graders`). Each runs one trial for one seed.
-* `options`: which option of the user's eval command takes the model path, the limit, the output and
-  the seed, read from its `--help` at plan init.
+* `options`, `translation`: which option of the user's eval command takes the model path, the limit,
+  the output and the seed (read from its `--help` at plan init), and the command as typed turned into
+  the template the tools run.
 * `stats`: trials to a mean and a range, and the comparison of two evaluations (non-overlapping ranges,
   a paired bootstrap over per-sample scores, or a two-proportion z-test).
 * `checkpoints`: checkpoint ids, their ancestry back to the base model, their evaluations.

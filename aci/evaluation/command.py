@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 from aci.errors import ACIError
-from aci.evaluation.options import split
 from aci.evaluation.stats import Trial
+from aci.evaluation.translation import split
 from aci.jobs import tail
 
 PLACEHOLDERS = ("{model_path}", "{limit}", "{output}", "{seed}")

@@ -9,7 +9,7 @@ from pydantic import Field
 from aci import records, runcard
 from aci.context import Context
 from aci.errors import ACIError
-from aci.evaluation import options
+from aci.evaluation import translation
 from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
 
@@ -102,13 +102,12 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
         fields["budget_hours"] = inp.budget_minutes / 60
     warnings: list[str] = []
     typed = {}
-    translation = options.for_card(ctx.card, inp.eval_command, {r: o for r, o in roles.items() if o}, inp.limit_all,
-                                   ctx.workdir)
-    if translation:
-        fields["eval_command"] = translation.command
-        fields["eval_options"] = translation.options
-        typed = {"eval_command_typed": translation.options["typed"], "translation": translation.changes} \
-            if translation.changes else {}
+    learnt = translation.for_card(ctx.card, inp.eval_command, {r: o for r, o in roles.items() if o}, inp.limit_all,
+                                  ctx.workdir)
+    if learnt:
+        fields["eval_command"] = learnt.command
+        fields["eval_options"] = learnt.options
+        typed = {"eval_command_typed": learnt.options["typed"], "translation": learnt.changes} if learnt.changes else {}
     action = inp.action
     if action == "init" and ctx.card and not inp.force:  # e.g. PostTrainBench's solve.sh made it already
         fields, notes = runcard.onto_existing(ctx.card, fields)
@@ -118,7 +117,7 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
         warnings += runcard.init(ctx, fields, typed)
     elif action == "update":
         warnings += runcard.update(ctx, fields, typed)
-    warnings += translation.warnings if translation else []
+    warnings += learnt.warnings if learnt else []
     ctx.forget()
     if not ctx.card:
         return PlanOutput(deadline_source=ctx.clock.source, next_actions=next_actions(ctx))
@@ -128,5 +127,5 @@ def plan(inp: PlanInput, ctx: Context) -> PlanOutput:
         card=ctx.card.model_dump(mode="json", exclude_none=True), deadline_source=ctx.clock.source,
         phases=phase_list, gates=list(gate_map.values()), next_actions=next_actions(ctx, phase_list),
         warnings=warnings, translation=typed.get("translation", []),
-        eval_options=options.describe(translation.options) if translation else [],
+        eval_options=translation.describe(learnt.options) if learnt else [],
     )
