@@ -17,6 +17,7 @@ from aci.state import iso, now, parse_ts
 
 FINALIZE = "finalize.json"
 PROFILE_CHANGE = "profile_change"  # key of a plan event's data when init --force changed the rules profile
+SANDBOX = "sandbox"  # key of a sandbox event's data: graded model code ran in a partial or unsafe sandbox
 
 
 class PhaseStatus(BaseModel):
@@ -165,14 +166,18 @@ def finalized_at(gate_map: dict[str, Gate]) -> str | None:
 
 
 def rules_weakened(ctx: Context) -> list[str]:
-    """Each switch of the rules profile that weakened them (`plan init --force` with another profile), from
-    the journal: the run card then no longer says what the run started under."""
+    """Each switch of the rules profile that weakened them (`plan init --force` with another profile), and
+    each grading of model code as root that `--unsafe-grader` allowed, from the journal: the run card then
+    no longer says what the run started under."""
     out = []
     for e in ctx.state.journal() if ctx.card else []:
         change = (e.get("data") or {}).get(PROFILE_CHANGE)
         if change and change.get("weakened"):
             out.append(f"{e['ts']}: rules profile {change['from']} -> {change['to']}, weaker: "
                        + "; ".join(change["weakened"]))
+        box = (e.get("data") or {}).get(SANDBOX)
+        if box and box.get("kind") == "unsafe":
+            out.append(f"{e['ts']}: {e.get('tool')} --unsafe-grader ran model code as root ({box.get('note')})")
     return out
 
 

@@ -48,6 +48,8 @@ class RolloutOptions(BaseModel):
     min_reward: float | None = Field(None, ge=0, le=1, description="export threshold (default: success threshold)")
     max_per_task: int | None = Field(None, ge=1, description="export at most N kept samples per task (easy tasks "
                                      "solved in every trial would otherwise dominate)")
+    unsafe_grader: bool = Field(False, description="let unit-tests run the policy's code as root where no sandbox can "
+                                                   "drop root (rule sandbox; journaled as a weakening)")
 
 
 class RolloutRequest(RolloutOptions, Sampling):
