@@ -192,3 +192,84 @@ def _harness_processes() -> list[str]:
         except OSError:
             continue
     return left
+
+
+# -- the tools: refusal under rule `sandbox`, --unsafe-grader as a journaled weakening, a partial sandbox named --
+CODE_TASK = {"id": "add", "type": "code", "messages": [{"role": "user", "content": "Write add(a, b)."}],
+             "gold": {"answer": "def add(a, b):\n    return a + b\n", "tests": "assert add(2, 3) == 5"},
+             "grader": "unit-tests"}
+
+
+def _no_way_to_drop_root(folder: Path) -> dict:
+    """Switches for a root without bwrap whose setpriv cannot switch uid (a container that maps only root)."""
+    fake = folder / "fakebin"
+    fake.mkdir(exist_ok=True)
+    (fake / "setpriv").write_text("#!/bin/sh\necho 'setpriv: setresuid failed: Invalid argument' >&2\nexit 1\n")
+    (fake / "setpriv").chmod(0o755)
+    return {"ACI_BWRAP": "", "PATH": f"{fake}:{os.environ['PATH']}"}
+
+
+@pytest.mark.skipif(not ROOT_USER, reason="root's refusal: runs as root (CI does)")
+def test_verify_task_refuses_root_then_journals_unsafe_grader_as_a_weakening(workdir):
+    import asyncio
+    import json
+
+    from tests.conftest import mcp_client
+
+    (workdir / "tasks.jsonl").write_text(json.dumps(CODE_TASK) + "\n")
+
+    async def go():
+        async with mcp_client(workdir, env=_no_way_to_drop_root(workdir)) as c:
+            await c.call_tool("plan", {"action": "init", "base_model": "base", "benchmark": "toy"})
+            refused = await c.call_tool("verify-task", {"tasks": "tasks.jsonl"})
+            allowed = [await c.call_tool("verify-task", {"tasks": "tasks.jsonl", "unsafe_grader": True})
+                       for _ in range(2)]
+            return refused, allowed, await c.call_tool("status", {})
+
+    refused, allowed, status = asyncio.run(go())
+    assert refused.is_error and "[rule sandbox]" in refused.content[0].text and "--unsafe-grader" in refused.content[0].text
+    report = json.loads(allowed[0].content[0].text)
+    assert report["kept"] == 1 and report["sandbox"].startswith("sandbox: unsafe, no non-root uid"), report
+    events = [json.loads(line) for line in (workdir / "state" / "journal.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in events].count("sandbox") == 1  # once, however often it graded
+    assert any("--unsafe-grader ran model code as root" in w for w in json.loads(status.content[0].text)["state"]["rules_weakened"])
+
+
+@pytest.mark.skipif(not ROOT_USER, reason="root's refusal: runs as root (CI does)")
+def test_rollouts_and_grpo_refuse_before_anything_runs(workdir, tiny_model, monkeypatch):
+    from aci.errors import ACIError
+    from tests.openai_stub import OpenAIStub
+    from tests.rollout_helpers import run_tool
+    from tests.train_helpers import FAST, call, make_run, write_jsonl
+
+    for k, v in _no_way_to_drop_root(workdir).items():
+        monkeypatch.setenv(k, v)
+    (workdir / "tasks.jsonl").write_text(__import__("json").dumps(CODE_TASK) + "\n")
+    with OpenAIStub(lambda body: "```python\ndef add(a, b):\n    return a + b\n```") as stub:
+        with pytest.raises(ACIError) as e:
+            run_tool(workdir, tasks="tasks.jsonl", endpoint=stub.url, model="m", out="rollouts/code")
+        asked = [r for r in stub.requests if r.get("messages")]
+    assert e.value.rule == "sandbox" and not asked  # refused before any trajectory
+    grpo = workdir / "grpo"
+    grpo.mkdir()
+    make_run(grpo, tiny_model, profile="default", contamination=None)
+    write_jsonl(grpo / "code.jsonl", [{**CODE_TASK, "id": f"add-{i}"} for i in range(4)])
+    args = {"action": "dry-run", "method": "grpo", "data": "code.jsonl", **FAST, "batch_size": 2, "num_generations": 2}
+    with pytest.raises(ACIError) as e:
+        call(grpo, **args)
+    assert e.value.rule == "sandbox"
+    out = call(grpo, **args, unsafe_grader=True)
+    assert out.config["grpo"]["unsafe_grader"] is True and out.checks["sandbox"].startswith("sandbox: unsafe")
+    assert any(w.startswith("sandbox: unsafe") for w in out.warnings)
+
+
+def test_a_partial_sandbox_is_journaled_once(workdir):
+    from aci.context import Context
+    from aci.graders.sandbox import Sandbox, record
+
+    ctx = Context(workdir=workdir)
+    box = Sandbox("partial", ("mount namespace", "PID namespace", "network namespace"), why="no bwrap on PATH")
+    said = [record(ctx, box, "verify-task") for _ in range(3)]
+    assert said == [box.note] * 3 and box.note.startswith("sandbox: partial, no mount namespace, no PID namespace")
+    assert [e["message"] for e in ctx.state.journal() if e["kind"] == "sandbox"] == [box.note]
+    assert record(ctx, Sandbox("full"), "train").startswith("sandbox: full (bubblewrap")
