@@ -28,7 +28,7 @@ from pathlib import Path
 
 from aci.errors import ACIError
 from aci.graders.base import REASON_CHARS, Grader, Response, Score, gold, gold_answer, short
-from aci.graders.sandbox import BWRAP_ENV, UNSHARE_ENV, Sandbox, candidates
+from aci.graders.sandbox import BWRAP_ENV, Sandbox, candidates
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.S | re.I)
 HARNESS = Path(__file__).with_name("harness.py")
@@ -107,8 +107,8 @@ class UnitTests(Grader):
 
 def sandbox() -> Sandbox:
     """The sandbox graded code runs in here: the first candidate whose probe task scores 1 (the last one when
-    none does), found once per process and per test switch (`aci.graders.sandbox`)."""
-    return _found(os.geteuid(), os.environ.get(BWRAP_ENV), os.environ.get(UNSHARE_ENV), os.environ.get("PATH"))
+    none does), found once per process and per switch (`ACI_BWRAP`, PATH: where bwrap and setpriv are found)."""
+    return _found(os.geteuid(), os.environ.get(BWRAP_ENV), os.environ.get("PATH"))
 
 
 @cache

@@ -17,8 +17,8 @@
   unless the caller passed `--unsafe-grader`; then it runs as root with the limits, named in every reason.
 
 Which one applies is found once per process (`aci.graders.code.sandbox`) by grading a probe task each way
-in turn, and cached. Switches, for tests: `ACI_BWRAP` names the bwrap binary (empty: as if none were
-installed); `ACI_GRADER_UNSHARE=0` makes the harness skip its own namespaces, as where the kernel refuses them.
+in turn, and cached. `ACI_BWRAP` names the bwrap binary to use (empty: as if none were installed, a switch
+for tests).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 SANDBOX_UID = 65534  # nobody/nogroup on Debian and Ubuntu
-BWRAP_ENV, UNSHARE_ENV = "ACI_BWRAP", "ACI_GRADER_UNSHARE"
+BWRAP_ENV = "ACI_BWRAP"
 SYSTEM_DIRS = ("/usr", "/etc")
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # symlinks into /usr on merged-/usr systems
 INSIDE = "/tmp"  # the work folder's path inside bubblewrap
@@ -143,14 +143,13 @@ def candidates() -> list[Sandbox]:
     """The ways to run the harness here, strongest first; the last needs no probe (it is what remains)."""
     root = os.geteuid() == 0
     setpriv = shutil.which("setpriv") if root else None
-    unshare = os.environ.get(UNSHARE_ENV, "1") != "0"
     bwrap = bwrap_binary()
     out = []
     if bwrap and (setpriv or not root):
         out.append(Sandbox("full", bwrap=bwrap, setpriv=setpriv))
     why = ", ".join([*(["no bwrap on PATH"] if not bwrap else []), *(["no setpriv"] if root and not setpriv else [])])
     if setpriv or not root:
-        out.append(Sandbox("partial", ("mount namespace",), setpriv=setpriv, isolate=unshare, why=why))
+        out.append(Sandbox("partial", ("mount namespace",), setpriv=setpriv, isolate=True, why=why))
     if root:
-        out.append(Sandbox("unsafe", ("non-root uid", "mount namespace", "process limit"), isolate=unshare, why=why))
+        out.append(Sandbox("unsafe", ("non-root uid", "mount namespace", "process limit"), isolate=True, why=why))
     return out
