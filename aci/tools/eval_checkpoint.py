@@ -9,7 +9,7 @@ from pydantic import Field
 from aci import jobs, records
 from aci.context import Context
 from aci.errors import ACIError
-from aci.evaluation import checkpoints, promotion, runner
+from aci.evaluation import checkpoints, final_scoring, promotion, runner
 from aci.evaluation import job as evaljob
 from aci.evaluation.promotion import Promotion
 from aci.evaluation.stats import Comparison
@@ -91,6 +91,8 @@ def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
     # a job too, waited for: no model or eval command stays in the server
     entry = evaljob.evaluate(ctx, ck, spec, exclusive=not inp.concurrent)
     out = EvalCheckpointOutput(action="evaluate", result=entry, warnings=list(entry.get("warnings", [])))
+    few = final_scoring.trials_warning(ctx.rules.profile.final_eval, ctx.card.benchmark, ck.sampling, spec.seed_list())
+    out.warnings += [few] if few else []
     ref = _reference(ctx)
     if ck.id != ref:
         found = promotion.comparison(ctx, ck.id, ref, prefer=entry)
