@@ -47,8 +47,8 @@ class EvalSpec(BaseModel):
     dev_set: str | None = Field(None, description="dev: JSONL of held-out task records (each names its grader)")
     grader: str | None = Field(None, description="dev: grader for tasks that name none, e.g. last-number")
     limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command gets "
-                              "--limit -1, which PostTrainBench's evaluate.py reads as all); without it the eval "
-                              "command's own default applies (PostTrainBench: 150 GSM8K, 50 GPQA); comparisons "
+                              "--limit -1, which an evaluate.py with that option reads as all); without it the "
+                              "eval command's own default applies (read it: often a dev subset); comparisons "
                               "need the rules' minimum")
     trials: int = Field(1, ge=1, le=20, description="independent trials (seeds 0..k-1): mean and min-max range")
     seeds: list[int] | None = Field(None, description="explicit seeds (overrides --trials)")

@@ -118,13 +118,13 @@ def eval_checkpoint(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOut
     like <job>/checkpoint-<step>, or a model folder path with --parent; `<id>@greedy` or
     `<id>@temperature=T,top_p=P[,max_new_tokens=N]` is that checkpoint with those sampling settings in its
     generation_config.json, which the eval command's vLLM reads): `command` = the run card's eval
-    command (PostTrainBench `python evaluate.py --model-path {model_path} --limit {limit}
+    command (e.g. `python evaluate.py --model-path {model_path} --limit {limit}
     --json-output-file {output}`; score from --metric-key, else accuracy/score/...), `lm-eval` = --task
     (built-in or in --task-dir), `dev` = --dev-set task records scored by their graders. Every result
     (or failure) is recorded in checkpoints.jsonl with evaluator, limit, samples, seeds, scores, mean,
     min-max range and duration, and compared with the current best (else base). A result under the
     rules' minimum sample count is flagged (rule min-eval-samples). --limit -1 scores every item
-    (without --limit the eval command's own default applies: PostTrainBench's is 150 GSM8K items);
+    (without --limit the eval command's own default applies, often a dev subset);
     the sample count recorded is the one the command reports or its inspect log holds. Checkpoints
     other than base are evaluated as they would be shipped (LoRA merged, run card template, end-of-turn
     token, sampling settings). Refused while a train, eval or serve job holds the GPU, unless
