@@ -68,32 +68,35 @@ def test_bundle_is_complete():
     assert bundle.skill_names() == sorted(["recon", "data", "tool-use-synthesis", "train", "evaluate", "submit"])
     assert bundle.workflow_names() == ["posttrain", "recover", "self-improvement", "tool-use-synthesis"]
     cards = {p.stem for p in (ROOT / "skills" / "recon" / "references").glob("*.md")}
-    assert {"aime-2025", "arena-hard-writing", "bfcl", "gpqa", "gsm8k", "healthbench", "humaneval"} <= cards
+    assert set(CARDS) <= cards
     for card in cards - {"grader-checklist", "README"}:
         text = (ROOT / "skills" / "recon" / "references" / f"{card}.md").read_text()
-        assert "Sources:" in text and "[K]" in text and "[R]" in text, f"{card}: sources not marked"
-        for section in ("What the grader wants", "Scores", "Data", "Starting recipe"):
+        # a public source, the task's own files to confirm against, and the project's defaults
+        assert "Sources:" in text and "[P]" in text and "[T]" in text, f"{card}: sources not marked"
+        for section in ("What the grader wants", "What to expect", "Data", "Starting recipe"):
             assert f"## {section}" in text, f"{card}: no '{section}' section"
 
 
-MODELS = ("Qwen3-1.7B", "Qwen3-4B", "SmolLM3-3B", "Gemma-3-4B")
-EVIDENCE = ("measured", "run record", "paper", "dataset card", "estimate")
+# Six scored benchmarks and the tool-calling card kept for users outside them.
+CARDS = ("aime-2025", "arena-hard-writing", "gpqa", "gsm8k", "healthbench", "humaneval", "tool-calling")
+SIZES = ("1-2B", "3-4B")  # recipe rows, by base-model size
+EVIDENCE = ("measured", "paper", "dataset card", "estimate")
 
 
-@pytest.mark.parametrize("card", ["aime-2025", "arena-hard-writing", "bfcl", "gpqa", "gsm8k", "healthbench", "humaneval"])
-def test_every_benchmark_has_a_recipe_per_model_with_its_evidence(card):
+@pytest.mark.parametrize("card", CARDS)
+def test_every_benchmark_has_a_recipe_per_model_size_with_its_evidence(card):
     """The recipe answers what the first model needs: data by id and split, the conversion, sizes, minutes
-    from tokens and throughput, and per base model the settings and the score to expect with evidence."""
+    from tokens and throughput, and per base-model size the settings and the gain to expect with evidence."""
     text = (ROOT / "skills" / "recon" / "references" / f"{card}.md").read_text()
     recipe = text[text.index("## Starting recipe"):]
     for part in ("**Conversion", "**Sizes.**", "--max-length", "Minutes", "tokens/s", "**Traps.**"):
         assert part in recipe, f"{card}: recipe lacks {part!r}"
     assert re.search(r"\d[\d,.]* x [\d,.]+ tokens x \d", recipe), f"{card}: no minutes arithmetic"
-    rows = [ln for ln in recipe.splitlines() if ln.startswith("| ") and ln.split("|")[1].strip() in MODELS]
-    assert sorted(ln.split("|")[1].strip() for ln in rows) == sorted(MODELS), f"{card}: one row per base model"
+    rows = [ln for ln in recipe.splitlines() if ln.startswith("| ") and ln.split("|")[1].strip().startswith(SIZES)]
+    assert sorted(ln.split("|")[1].strip().split()[0] for ln in rows) == sorted(SIZES), f"{card}: one row per size"
     for row in rows:
         cells = row.split("|")
-        assert re.search(r"LoRA|full SFT|as Qwen3-1.7B", cells[3]), f"{card}: {cells[1]} says neither LoRA nor full"
+        assert re.search(r"LoRA|full SFT|as 1-2B", cells[2]), f"{card}: {cells[1]} says neither LoRA nor full"
         assert any(e in cells[-2] for e in EVIDENCE), f"{card}: {cells[1]}'s expected score names no evidence level"
     readme = (ROOT / "skills" / "recon" / "references" / "README.md").read_text()
     row = next(ln for ln in readme.splitlines() if f"]({card}.md#starting-recipe)" in ln)
@@ -288,8 +291,7 @@ def test_reserve_and_minimum_figures_must_match_rules(copy):
 
 
 def test_copied_figures_follow_a_change_of_rules_yaml(copy):
-    """Change the profile's numbers and every hand copy is named, even one split over two lines; the
-    judges' own tolerance (a fact about PostTrainBench) is not a copy."""
+    """Change the profile's numbers and every hand copy is named, even one split over two lines."""
     path = copy / "rules" / "rules.yaml"
     path.write_text(path.read_text().replace("tolerated_rows: 0", "tolerated_rows: 2", 1)  # posttrainbench's
                     .replace("final_reserve_min: 45", "final_reserve_min: 50"))
@@ -303,9 +305,6 @@ def test_copied_figures_follow_a_change_of_rules_yaml(copy):
     split = next(n for n, ln in enumerate((copy / "rules" / "integrity.md").read_text().splitlines(), 1)
                  if ln.rstrip().endswith("fails above 0 contaminated"))
     assert f"rules/integrity.md:{split}: tolerated contaminated rows of 0" in out
-    judges = next(n for n, ln in enumerate((copy / "rules" / "integrity.md").read_text().splitlines(), 1)
-                  if "excuses up to 3 contaminated documents" in ln)
-    assert f"rules/integrity.md:{judges}:" not in out
 
 
 def test_the_rendered_numbers_can_be_rewritten(copy):
@@ -365,11 +364,16 @@ def test_train_defaults_the_skill_states_are_read():
             "learning rate (sft, LoRA)", "learning rate (sft)", "learning rate (grpo)"} <= seen
 
 
+def _line_of(path: Path, text: str) -> int:
+    return next(n for n, ln in enumerate(path.read_text().splitlines(), 1) if text in ln)
+
+
 def test_wrong_default_in_markdown_fails(copy):
     edit(copy / "skills" / "train" / "SKILL.md", "(r 16, alpha 32", "(r 8, alpha 32")
     edit(copy / "skills" / "train" / "SKILL.md", "lr 1e-6 full / 1e-5 LoRA [D]", "lr 1e-6 full / 3e-5 LoRA [D]")
     out = messages(check(copy))
-    assert "skills/train/SKILL.md:25: --lora-r: the text says 8 [D], but aci train's default is 16" in out
+    n = _line_of(copy / "skills" / "train" / "SKILL.md", "(r 8, alpha 32")
+    assert f"skills/train/SKILL.md:{n}: --lora-r: the text says 8 [D], but aci train's default is 16" in out
     assert "learning rate (grpo, LoRA): the text says 3e-05 [D], but aci train's default is 1e-05" in out
 
 
@@ -419,7 +423,8 @@ def test_default_changed_in_registry_fails(monkeypatch):
               for name, f in t.input.model_fields.items()}
     model = create_model("ChangedTrainInput", __base__=registry.ToolInput, **fields)
     monkeypatch.setitem(registry._REGISTRY, "train", dataclasses.replace(t, input=model))
-    assert "skills/train/SKILL.md:25: --lora-r: the text says 16 [D], but aci train's default is 8" in messages(check())
+    n = _line_of(ROOT / "skills" / "train" / "SKILL.md", "(r 16, alpha 32")
+    assert f"skills/train/SKILL.md:{n}: --lora-r: the text says 16 [D], but aci train's default is 8" in messages(check())
 
 
 def test_action_renamed_in_registry_fails(monkeypatch):
@@ -462,7 +467,7 @@ def test_entry_skill_gives_the_first_commands_for_gsm8k():
     assert cmds[1] == "aci status"
     assert cmds[2].startswith("aci plan init --profile posttrainbench")
     assert f"--eval-command '{TYPED}'" in cmds[2], "the user's command goes in as typed"
-    assert "--metric-key accuracy" in cmds[2] and '--targets \'[{"metric": "accuracy", "value": 0.885}]\'' in cmds[2]
+    assert "--metric-key accuracy" in cmds[2] and "--targets" not in cmds[2]  # set after the baseline
     assert cmds[3].startswith("grep") and "evaluate.py" in cmds[3]
     assert cmds[4].startswith("aci log-state append --kind benchmark-card")
     assert cmds[5].startswith("aci eval-checkpoint evaluate") and "--checkpoint base" in cmds[5]
@@ -517,7 +522,7 @@ def test_the_first_minutes_run_as_written_in_a_simulated_task(ptb_task, shell_en
             card = json.loads((ptb_task / "state" / "run.json").read_text())
             assert card["profile"] == "posttrainbench" and card["template"] == "templates/qwen3.jinja"
             assert (card["eval_command"], card["metric_key"], card["benchmark_size"]) == (TEMPLATE, "accuracy", 1319)
-            assert card["targets"] == [{"metric": "accuracy", "value": 0.885}] and card["deadline"]
+            assert card["targets"] == [] and card["deadline"]
             assert "deadline source: timer.sh" in done.stdout
             assert "`--limit -1` -> `--limit {limit}`" in done.stdout
             assert ("already existed" in done.stdout) is card_made_by_solve_sh
