@@ -83,6 +83,19 @@ SIZES = ("1-2B", "3-4B")  # recipe rows, by base-model size
 EVIDENCE = ("measured", "paper", "dataset card", "estimate")
 
 
+def test_bfcl_is_not_a_scored_benchmark_in_the_entry_skill_or_the_strict_profile():
+    """BFCL is no longer scored: the entry skill's recipe list and the recon table name it only as the
+    tool-calling card, and the strict profile neither refuses its data nor sets a final evaluation for it."""
+    from aci import rules
+
+    recipes = (ROOT / "SKILL.md").read_text().split("## Starting recipes")[1].split("## ")[0]
+    assert "bfcl.md" not in recipes and "[tool calling](skills/recon/references/tool-calling.md" in recipes
+    strict = rules.load("posttrainbench").profile
+    assert not any("bfcl" in p.lower() or "gorilla" in p.lower() for p in strict.forbidden_datasets + strict.forbidden_patterns)
+    assert not any(b.match.lower().endswith("bfcl") for b in strict.final_eval.benchmarks)
+    assert len(strict.final_eval.benchmarks) == 6
+
+
 @pytest.mark.parametrize("card", CARDS)
 def test_every_benchmark_has_a_recipe_per_model_size_with_its_evidence(card):
     """The recipe answers what the first model needs: data by id and split, the conversion, sizes, minutes
