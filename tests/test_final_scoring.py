@@ -64,21 +64,22 @@ def test_too_few_trials_of_a_sampled_setting_are_warned():
     assert trials_warning(None, "gsm8k", sampled, [0]) is None  # a profile without a final evaluation
 
 
+def test_only_the_strict_profile_knows_the_final_evaluation():
+    assert rules.load("default").profile.final_eval is None
+    assert FINAL.seeds == 5 and FINAL.greedy_below == 1e-5 and FINAL.default_temperature == 1.0
+
+
 @pytest.mark.usefixtures("single_thread")
-@pytest.mark.parametrize("profile", ["posttrainbench", "default"])
-def test_finalize_states_the_final_scoring(workdir, tiny_model, profile):
+def test_finalize_states_the_final_scoring(workdir, tiny_model):
     """The tiny base's generation_config.json holds do_sample: false and no temperature, as many base
-    models' do: finalize says the final evaluation will sample it at 1.0 and average five seeds."""
+    models' do: finalize says the final evaluation will sample it at 1.0 and average five seeds, and
+    eval-checkpoint warns when a sampled setting gets one trial."""
     copy_model(tiny_model, workdir / "base", 0.2)
-    registry.call("plan", {"action": "init", "base_model": "base", "benchmark": "gsm8k", "profile": profile,
+    registry.call("plan", {"action": "init", "base_model": "base", "benchmark": "gsm8k", "profile": "posttrainbench",
                            "eval_command": eval_command()}, ctx(workdir))
     assert call(workdir, checkpoint="base", limit=40, promote=True).promotion.promoted
-    warned = call(workdir, checkpoint="base@temperature=0.6", limit=40).warnings
-    assert any("--trials 3 or more" in w for w in warned) is (profile == "posttrainbench")
+    assert any("--trials 3 or more" in w for w in call(workdir, checkpoint="base@temperature=0.6", limit=40).warnings)
     out = registry.call("finalize", {}, ctx(workdir))
-    if profile == "default":
-        assert out.scoring is None and "final evaluation:" not in out.summary()
-        return
     assert (out.scoring.seeds, out.scoring.greedy) == (5, False)
     assert "final evaluation: the mean over 5 seeds: sampled at temperature 1" in out.summary()
     assert "warning: generation_config.json says do_sample: false" in out.summary()
