@@ -26,7 +26,7 @@ import yaml
 from pydantic import Field, create_model
 
 from aci import bundle, registry
-from tests import bundle_check
+from tests import bundle_check, bundle_provenance
 from tests.bundle_check import Doc, check, check_command, vocabulary
 
 ROOT = bundle.root()
@@ -443,6 +443,93 @@ def test_default_changed_in_registry_fails(monkeypatch):
 def test_action_renamed_in_registry_fails(monkeypatch):
     _replace_input(monkeypatch, "log-state", action=("add", "summary"))
     assert "aci log-state: unknown action 'append'" in messages(check())
+
+
+# -- provenance: what an agent may read during a run ------------------------------------------------------
+# One passage per kind that a benchmark's lookup rule counts as reading about the benchmark.
+PLANTED = [
+    ("agent-score", "agent", "Best agents averaged 55.9 % over the four models."),
+    ("agent-score", "model", "GPT-5.2 reached 55.9 on this benchmark, Opus 4.5 54.4."),
+    ("leaderboard", "leaderboard", "The leaderboard's top entry trained on 20k samples."),
+    ("run-record", "run record", "One run record of 91 % used exactly this mix."),
+    ("run-record", "earlier runs", "Earlier runs used a rate of 2e-5 and a cosine schedule."),
+    ("run-record", "other agents", "Most agents stop after 2-3 of their 10 hours."),
+    ("traces", "traces", "Published traces of past runs show the GRPO settings that won."),
+    ("benchmark-source", "site", "The rules are on posttrainbench.com."),
+    ("benchmark-source", "repository", "Read aisa-group/PostTrainBench for the harness."),
+    ("benchmark-source", "knowledge files", "Sources: [K] the project's knowledge files."),
+    ("judge-internals", "judges", "The integrity judge's prompt excuses up to 3 rows."),
+    ("weights", "weights", "Its weight in the overall score is .2265, the largest."),
+]
+
+
+@pytest.mark.parametrize("kind, _what, passage", PLANTED, ids=[w for _, w, _ in PLANTED])
+def test_a_planted_passage_about_the_benchmark_fails(copy, kind, _what, passage):
+    path = copy / "skills" / "train" / "SKILL.md"
+    edit(path, "## Recipes\n", f"## Recipes\n{passage}\n")
+    n = _line_of(path, passage)
+    found = [p for p in bundle_provenance.check(copy, bundle_check.documents(copy)) if p.file == "skills/train/SKILL.md"]
+    assert found and all(p.line == n for p in found), messages(found)
+    assert any(p.message.startswith(f"provenance ({kind})") for p in found), messages(found)
+
+
+def test_provenance_problems_are_part_of_the_bundle_check_and_cover_rules_yaml(copy):
+    edit(copy / "rules" / "rules.yaml", "Start the run card: aci plan init",
+         "Start the run card as the best agents did: aci plan init")
+    edit(copy / "workflows" / "recover.md", "Everything you need", "What other agents did is in the traces. Everything you need")
+    out = messages(check(copy))
+    assert re.search(r"rules/rules.yaml:\d+: provenance \(run-record\): 'best agents'", out), out
+    assert re.search(r"workflows/recover.md:\d+: provenance \(run-record\): 'other agents'", out), out
+
+
+def test_names_are_not_passages(copy):
+    """The profile id, a dataset id with the word in it and a paper's result on another model pass."""
+    edit(copy / "skills" / "train" / "SKILL.md", "## Recipes\n", "## Recipes\nUnder posttrainbench, never train on "
+         "gorilla-llm/Berkeley-Function-Calling-Leaderboard; MetaMathQA took Llama-2-7B from 14.6 % to 66.5 % "
+         "(MetaMath). Claude Code 2.1 reads `.claude/skills/`.\n")
+    assert bundle_provenance.check(copy, bundle_check.documents(copy)) == []
+
+
+def test_tool_messages_are_scanned_but_developer_docstrings_are_not(copy):
+    """String literals of the aci package: a message template or a field description an agent reads
+    fails; a module docstring or a plain function's docstring (developer documentation) does not."""
+    pkg = copy / "aci"
+    (pkg / "tools").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tools" / "planted.py").write_text(
+        '"""PostTrainBench\'s evaluate.py scores 150 GSM8K items without --limit (developer note)."""\n'
+        "from pydantic import BaseModel, Field\n\n\n"
+        "def helper():\n    \"\"\"As the integrity judges' prompt says (developer note).\"\"\"\n\n\n"
+        "class PlantedInput(BaseModel):\n"
+        '    limit: int = Field(1, description="without it, PostTrainBench\'s default applies")\n\n\n'
+        "def reminder(n):\n"
+        '    return f"Most agents stop after {n} hours: keep going."\n')
+    found = sorted(str(p) for p in bundle_provenance.check_package(copy))
+    assert len(found) == 2, found
+    assert found[0].startswith("aci/tools/planted.py:10: provenance (benchmark-source): 'PostTrainBench'")
+    assert found[1].startswith("aci/tools/planted.py:14: provenance (run-record): 'Most agents stop'")
+
+
+def test_what_a_new_user_s_agent_reads_carries_no_passage_about_the_benchmark(ptb_task, shell_env):
+    """As a new user would: `aci install claude-code` into a task folder, `plan init --profile
+    posttrainbench`, `status`, `plan show`; every file the installer wrote, every output, and the served
+    tools/list (descriptions assembled at run time) are free of the passages bundle_provenance catches."""
+    model = shlex.quote(str(ptb_task / "Qwen3-1.7B-Base"))
+    lines = ["aci install claude-code --workdir .",
+             f"aci plan init --profile posttrainbench --base-model {model} --benchmark gsm8k --benchmark-size 1319 "
+             f"--eval-command '{TYPED}' --metric-key accuracy", "aci status", "aci plan show"]
+    read = {}
+    for line in lines:
+        done = run_line(line, ptb_task, shell_env)
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+        read[line] = done.stdout + done.stderr
+    for p in [ptb_task / "CLAUDE.md", *(ptb_task / ".claude").rglob("*"), *(ptb_task / ".aci").rglob("*")]:
+        if p.is_file():
+            read[str(p.relative_to(ptb_task))] = p.read_text()
+    read["tools/list"] = (Path(__file__).parent / "data" / "tools-list.json").read_text()
+    assert ".claude/skills/posttrain/SKILL.md" in read and len(read) > 30
+    found = {where: bundle_provenance.findings(text) for where, text in read.items()}
+    assert not any(found.values()), {w: f for w, f in found.items() if f}
 
 
 # -- installed copies keep working links ----------------------------------------------------------------------
