@@ -49,8 +49,8 @@ class EvalSpec(BaseModel):
     unsafe_grader: bool = Field(False, description="dev: let unit-tests run the model's code as root where no sandbox "
                                                    "can drop root (rule sandbox; journaled as a weakening)")
     limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command gets "
-                              "--limit -1, which PostTrainBench's evaluate.py reads as all); without it the eval "
-                              "command's own default applies (PostTrainBench: 150 GSM8K, 50 GPQA); comparisons "
+                              "--limit -1, which an evaluate.py with that option reads as all); without it the "
+                              "eval command's own default applies (read it: often a dev subset); comparisons "
                               "need the rules' minimum")
     trials: int = Field(1, ge=1, le=20, description="independent trials (seeds 0..k-1): mean and min-max range")
     seeds: list[int] | None = Field(None, description="explicit seeds (overrides --trials)")

@@ -32,7 +32,7 @@ def deepspeed_config(req: TrainRequest, ctx: Context) -> str | None:
     if not req.deepspeed:
         return None
     if importlib.util.find_spec("deepspeed") is None:
-        raise ACIError("deepspeed is not installed (the PostTrainBench image has none): `pip install deepspeed`, "
+        raise ACIError("deepspeed is not installed here: `pip install deepspeed`, "
                        "or train without --deepspeed (LoRA or gradient checkpointing fit one GPU)")
     if req.deepspeed in config_mod.ZERO_CONFIGS:
         path = config_mod.zero_config(req.deepspeed)
