@@ -19,14 +19,19 @@ COMPAT_TESTS  ?= tests/test_templates.py tests/test_train.py tests/test_train_ga
 
 # What the tests need beyond the venv (tests/agent_clis.py): the agent CLIs and the MCP Inspector from
 # npm, pinned in .ci/clis/*/package-lock.json (skipped without npm, outside CI; `npm install`, not `npm
-# ci`: the locks hold only the Linux x64 builds of the CLIs' per-platform packages), and pip's wheel plus
+# ci`: the locks hold only the Linux x64 builds of the CLIs' per-platform packages), pip's wheel plus
 # Python 3.10 wheels of our requirements for the PostTrainBench container test (skipped without that
-# Python, outside CI). Chromium is required: installed from Debian when root, else a clear failure.
+# Python, outside CI), and Harbor from PyPI in a venv of its own (it needs Python >= 3.12 and packages
+# of its own; pinned in .ci/harbor/requirements.txt) with bubblewrap, the local sandbox of the Harbor
+# test (tests/test_harbor.py; skipped without them, outside CI). Chromium is required: installed from
+# Debian when root, else a clear failure; bubblewrap is installed from Debian when root.
 CLIS       := .ci/clis
 WHEELHOUSE := .ci/wheels/py310
+HARBOR     := .ci/harbor
+HARBOR_PYTHON ?= $(shell pyenv root 2>/dev/null)/versions/3.12.1/bin/python
 NPM        ?= npm
 
-.PHONY: setup demo test test-deps chromium clis wheelhouse bench compat lint clean
+.PHONY: setup demo test test-deps chromium bwrap clis wheelhouse harbor bench compat lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,7 +48,7 @@ demo: setup
 test: setup test-deps
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test-deps: chromium clis wheelhouse
+test-deps: chromium clis wheelhouse harbor
 
 chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
@@ -62,6 +67,23 @@ $(CLIS)/%/.installed: $(CLIS)/%/package.json $(CLIS)/%/package-lock.json
 	  echo "installing the $* agent CLIs from npm into $(CLIS)/$*"; \
 	  $(NPM) install --prefix $(CLIS)/$* --no-audit --no-fund --loglevel=error && touch $@; \
 	else echo "no npm: the tests that run the real agent CLIs will be skipped (CI installs Node and fails instead)"; fi
+
+harbor: bwrap $(HARBOR)/venv/.installed
+
+$(HARBOR)/venv/.installed: $(HARBOR)/requirements.txt
+	@if [ -x "$(HARBOR_PYTHON)" ]; then \
+	  echo "installing Harbor into $(HARBOR)/venv"; \
+	  rm -rf $(HARBOR)/venv && $(HARBOR_PYTHON) -m venv $(HARBOR)/venv \
+	  && $(HARBOR)/venv/bin/python -m pip install -q --disable-pip-version-check -r $(HARBOR)/requirements.txt \
+	  && touch $@; \
+	else echo "no Python 3.12 at $(HARBOR_PYTHON): the Harbor test will be skipped (CI fails instead)"; fi
+
+bwrap:
+	@command -v bwrap >/dev/null \
+	|| if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing bubblewrap (Debian) for the Harbor test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	else echo "no bubblewrap: the Harbor test will be skipped (CI fails instead)"; fi
 
 wheelhouse: $(WHEELHOUSE)/.complete
 
@@ -89,4 +111,4 @@ lint: setup
 	$(VENV)/bin/ruff check aci tests bench
 
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) demo-work .pytest_cache .ci/wheels $(CLIS)/*/node_modules $(CLIS)/*/.installed
+	rm -rf $(VENV) $(COMPAT_VENV) demo-work .pytest_cache .ci/wheels $(CLIS)/*/node_modules $(CLIS)/*/.installed $(HARBOR)/venv

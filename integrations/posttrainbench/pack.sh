@@ -3,9 +3,11 @@
 # posttrain-aci wheel and pip's own wheel embedded: the harness copies only this file into a container
 # that has no pip), api_keys.json (the API keys the harness may pass to this agent; run_task.sh stops
 # without it) and human_readable_trace.py (the harness's main branch formats the agent's trace with
-# agents/<name>/human_readable_trace.py when it exists).
+# agents/<name>/human_readable_trace.py when it exists). Or, with `harbor`, a folder for Harbor's
+# `--agent posttrain_aci_harbor:<Class>`: the module and, beside it, posttrain_aci_bundle/ (common.sh,
+# sandbox.sh and the same two wheels) that it installs into the sandbox.
 #
-#   bash integrations/posttrainbench/pack.sh claude-code|codex|opencode OUT_DIR [--wheel FILE] [--pip-wheel FILE]
+#   bash integrations/posttrainbench/pack.sh claude-code|codex|opencode|harbor OUT_DIR [--wheel FILE] [--pip-wheel FILE]
 #
 # The harness picks the trace parser by the substring claude, codex, cursor, gemini or opencode in the
 # agent folder's name and refuses a name with two; get_prompt.py adds its non-interactive note when the
@@ -15,22 +17,24 @@
 # without --pip-wheel pip's newest wheel is downloaded from PyPI. PYTHON picks the interpreter (python3).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-usage="usage: pack.sh claude-code|codex|opencode OUT_DIR [--wheel FILE] [--pip-wheel FILE]"
+usage="usage: pack.sh claude-code|codex|opencode|harbor OUT_DIR [--wheel FILE] [--pip-wheel FILE]"
 agent="${1:-}"
 out="${2:-}"
-[ -f "$here/$agent/solve.sh" ] && [ -n "$out" ] || { echo "$usage" >&2; exit 2; }
+{ [ -f "$here/$agent/solve.sh" ] || [ "$agent" = harbor ]; } && [ -n "$out" ] || { echo "$usage" >&2; exit 2; }
 shift 2
-own="${agent%-code}"
-name="$(basename "$out")"
-others=""
-for key in claude codex cursor gemini opencode; do
-    [ "$key" != "$own" ] && [[ "$name" == *"$key"* ]] && others="$others $key"
-done
-if [[ "$name" != *"$own"* ]] || [ -n "$others" ]; then
-    echo "pack.sh: the folder name '$name' must contain '$own' and none of claude, codex, cursor, gemini," \
-         "opencode besides (found:${others:- no $own}): the harness picks the trace parser, and adds its" \
-         "non-interactive note for claude, by these substrings" >&2
-    exit 2
+if [ "$agent" != harbor ]; then
+    own="${agent%-code}"
+    name="$(basename "$out")"
+    others=""
+    for key in claude codex cursor gemini opencode; do
+        [ "$key" != "$own" ] && [[ "$name" == *"$key"* ]] && others="$others $key"
+    done
+    if [[ "$name" != *"$own"* ]] || [ -n "$others" ]; then
+        echo "pack.sh: the folder name '$name' must contain '$own' and none of claude, codex, cursor, gemini," \
+             "opencode besides (found:${others:- no $own}): the harness picks the trace parser, and adds its" \
+             "non-interactive note for claude, by these substrings" >&2
+        exit 2
+    fi
 fi
 wheel="" pip_wheel=""
 while [ $# -gt 0 ]; do
@@ -56,6 +60,14 @@ for f in "$wheel" "$pip_wheel"; do
 done
 
 mkdir -p "$out"
+if [ "$agent" = harbor ]; then
+    bundle="$out/posttrain_aci_bundle"
+    rm -rf "$bundle" && mkdir -p "$bundle"
+    cp "$here/common.sh" "$here/../harbor/sandbox.sh" "$wheel" "$pip_wheel" "$bundle/"
+    cp "$here/../harbor/posttrain_aci_harbor.py" "$out/posttrain_aci_harbor.py"
+    echo "wrote $out/posttrain_aci_harbor.py and $bundle ($(du -sk "$bundle" | cut -f1) KB)" >&2
+    exit 0
+fi
 {
     awk -v common="$here/common.sh" '
         /^# >>> common.sh/ { while ((getline line < common) > 0) print line; skip = 1; next }
