@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -149,11 +150,26 @@ def sandbox_commands(trial: Path) -> list[dict]:
 
 
 # -- loading and rendering ----------------------------------------------------------------------------------
-def test_harbor_loads_each_class_by_import_path_and_renders_its_cli_install(tmp_path, packed):
+def ours(entries: list[dict]) -> list[list[str]]:
+    """Our sandbox.sh calls, as [action, agent, rest...]."""
+    return [shlex.split(e["command"])[2:] for e in entries if "/tmp/posttrain_aci_bundle/sandbox.sh" in e.get("command", "")]
+
+
+def launch_of(entries: list[dict], agent: str) -> dict:
+    return next(e for e in entries if CLASSES[agent][3] in e.get("command", ""))
+
+
+def given(launch: dict) -> str:
+    """Where Harbor's launch carries the instruction: its command line or (Claude Code) an environment variable."""
+    return "\n".join([launch["command"], *launch["env"].values()])
+
+
+def test_harbor_loads_each_class_by_import_path_and_renders_what_it_runs(tmp_path, packed):
     out = tmp_path / "render.json"
     subprocess.run([str(harbor() / "python"), "-m", "tests.harbor_render", str(packed), str(out)], cwd=ROOT,
                    env=harbor_env(packed), check=True, capture_output=True, timeout=120)
     found = json.loads(out.read_text())
+    instruction, pointer = found["instruction"], found["pointer"]
     bases = {"ClaudeCodeACI": "harbor.agents.installed.claude_code:ClaudeCode",
              "CodexACI": "harbor.agents.installed.codex:Codex", "OpenCodeACI": "harbor.agents.installed.opencode:OpenCode"}
     for agent, (cls, *_) in CLASSES.items():
@@ -162,15 +178,33 @@ def test_harbor_loads_each_class_by_import_path_and_renders_its_cli_install(tmp_
         assert got["name"] == agent and got["setup_timeout"] >= 1000  # our setup has 900 s of its own
         installs = " ".join(got["install"])
         package = {"claude-code": "claude-code", "codex": "@openai/codex", "opencode": "opencode"}[agent]
-        assert package in installs, installs  # Harbor's own install of the CLI, untouched
-        assert "posttrain" not in installs  # the bundle goes in at configure, also with skip_install
-    assert "pack.sh harbor DIR" in found["no_bundle"]
+        assert package in installs and "posttrain" not in installs  # Harbor's own CLI install, untouched
+        # configure: the bundle uploaded and set up; run: the run card, Harbor's launch with the pointer, the end
+        sandbox = got["sandbox"]
+        uploads = [e["upload"] for e in sandbox if "upload" in e and e["upload"].startswith("/tmp/posttrain_aci_bundle/")]
+        assert sorted(Path(u).name for u in uploads) == sorted(p.name for p in (packed / "posttrain_aci_bundle").iterdir())
+        assert ours(sandbox) == [["setup", agent], ["plan", agent], ["end", agent, "the agent exited"]]
+        plan = next(e for e in sandbox if "sandbox.sh plan" in e.get("command", ""))
+        assert plan["env"] == {"PROMPT": instruction}
+        launch = launch_of(sandbox, agent)
+        assert sandbox.index(plan) < sandbox.index(launch)
+        assert f"{instruction}\n\n{pointer}" in given(launch)  # the instruction, with the pointer line
+    claude = launch_of(found["ClaudeCodeACI"]["sandbox"], "claude-code")["command"]
+    assert "--thinking-display summarized" in claude and "--effort high" in claude
+    config = next(e["text"] for e in found["CodexACI"]["sandbox"] if e.get("upload", "").endswith("codex-home/config.toml"))
+    assert '[mcp_servers.posttrain-aci]' in config and "required = true" in config and '"HF_HOME"' in config
+
+    # Setup failed: the agent runs with the instruction unchanged; the end still takes out what setup left.
+    failing = found["setup-fails"]["sandbox"]
+    assert ours(failing) == [["setup", "claude-code"], ["end", "claude-code", "the agent exited"]]
+    assert pointer not in given(launch_of(failing, "claude-code")) and instruction in given(launch_of(failing, "claude-code"))
+    assert "pack.sh harbor DIR" in found["no-bundle"]
 
 
 # -- whole trials ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("agent", list(CLASSES))
 def test_harbor_trial_gives_the_cli_the_tools_and_takes_the_bundle_out_before_the_verifier(agent, tmp_path, packed):
-    _, model, prefix, launch_line = CLASSES[agent]
+    model, prefix = CLASSES[agent][1:3]
     trial_holder: list[Path] = []
 
     def time_up(n: int) -> None:  # Claude Code's Stop hook sent it back once; now the deadline passes
@@ -193,14 +227,10 @@ def test_harbor_trial_gives_the_cli_the_tools_and_takes_the_bundle_out_before_th
 
     # The commands, in order: the bundle's setup in the workspace, the run card, Harbor's launch, the end.
     ran = sandbox_commands(trial)
-    ours = [c for c in ran if "/tmp/posttrain_aci_bundle/sandbox.sh" in c["command"]]
-    assert [c["command"].split()[2:4] for c in ours] == [["setup", agent], ["plan", agent], ["end", agent]]
-    assert all(c["cwd"] == WORKSPACE and c["return_code"] == 0 for c in ours), ours
-    assert "We want to train the small LLM" in ours[1]["env"]["PROMPT"]
-    launch = next(i for i, c in enumerate(ran) if launch_line in c["command"])
-    assert ran.index(ours[1]) < launch < ran.index(ours[2])
-    if agent == "claude-code":
-        assert "--thinking-display summarized" in ran[launch]["command"] and "--effort high" in ran[launch]["command"]
+    steps = [c for c in ran if "/tmp/posttrain_aci_bundle/sandbox.sh" in c["command"]]
+    assert [s[:2] for s in ours(ran)] == [["setup", agent], ["plan", agent], ["end", agent]]
+    assert all(c["cwd"] == WORKSPACE and c["return_code"] == 0 for c in steps), steps
+    assert ran.index(steps[1]) < ran.index(launch_of(ran, agent)) < ran.index(steps[2])
 
     # What the verifier and the judges get: the workspace without the bundle, final_model's volume as given,
     # state/ with the run card (deadline from timer.sh) and a last journal entry that says how the run ended.

@@ -62,7 +62,8 @@ class _PosttrainACI:
                 f"no posttrain-aci bundle in {self.aci_bundle}: write one with "
                 "`bash integrations/posttrainbench/pack.sh harbor DIR` and put DIR on PYTHONPATH "
                 "(or pass --ak bundle=DIR/posttrain_aci_bundle)")
-        self.aci_pointer: str | None = None
+        self.aci_pointer: str | None = None  # set once the bundle works
+        self.aci_uploaded = False  # then `end` runs after the agent, whatever setup left behind
         super().__init__(*args, **kwargs)
 
     async def _aci(self, environment: BaseEnvironment, action: str, *rest: str, env: dict[str, str] | None = None,
@@ -76,6 +77,7 @@ class _PosttrainACI:
         await environment.exec(command=f"mkdir -p {REMOTE_BUNDLE}")
         for path in sorted(self.aci_bundle.iterdir()):
             await environment.upload_file(path, str(REMOTE_BUNDLE / path.name))
+        self.aci_uploaded = True
         result = await self._aci(environment, "setup", timeout_sec=SETUP_TIMEOUT_S)
         lines = (result.stdout or "").strip().splitlines()
         if result.return_code == 0 and lines:
@@ -102,10 +104,14 @@ class _PosttrainACI:
             how = f"the agent exited with an error ({type(e).__name__})"
             raise
         finally:
-            if self.aci_pointer:
-                result = await self._aci(environment, "end", how)
-                if result.return_code != 0:
-                    self.logger.warning("posttrain-aci cleanup failed: %s", (result.stderr or "")[-2000:])
+            if self.aci_uploaded:
+                try:
+                    result = await self._aci(environment, "end", how)
+                    failed = result.stderr if result.return_code != 0 else None
+                except Exception as e:  # the sandbox may be gone; the trial's own outcome stands
+                    failed = repr(e)
+                if failed is not None:
+                    self.logger.warning("posttrain-aci cleanup failed: %s", (failed or "")[-2000:])
 
 
 class ClaudeCodeACI(_PosttrainACI, ClaudeCode):
