@@ -71,3 +71,18 @@ def guard_stop(cctx: click.Context) -> None:
     decision = stop_decision(Context(state=obj["state"], workdir=obj["workdir"]), hook)
     if decision:
         click.echo(json.dumps(decision))
+
+
+@guard.command("end")
+@click.option("--how", required=True, help="what ended the agent, e.g. 'the agent exited with status 0'")
+@click.pass_context
+def guard_end(cctx: click.Context, how: str) -> None:
+    """Journal why the run ended: HOW, the time left and what final_model holds (for the integrations that
+    start the agent: the journal's last entry then states the reason). Nothing without a run card."""
+    from aci.context import Context
+    from aci.guard import end_of_run
+
+    obj = cctx.find_root().obj
+    message = end_of_run(Context(state=obj["state"], workdir=obj["workdir"]), how)
+    if message:
+        click.echo(message)

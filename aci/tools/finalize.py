@@ -7,6 +7,7 @@ from pydantic import Field
 from aci.context import Context
 from aci.evaluation import checkpoints, checks, final_scoring, promotion, runner, swap
 from aci.evaluation import job as evaljob
+from aci.guard import closing_note
 from aci.progress import FINALIZE, protected_changed
 from aci.registry import ToolInput, ToolOutput, tool
 from aci.state import iso
@@ -88,5 +89,6 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
         msg = "final_model passed every check" if passed else f"final_model failed: {', '.join(failed)}"
         with ctx.state.event("finalize", msg, tool="finalize", data={"passed": passed, "failed": failed}) as w:
             w.write_json(FINALIZE, record)
-    return FinalizeOutput(passed=passed, path=str(final), checkpoint=record["checkpoint"], items=items, notes=notes,
-                          scoring=scoring)
+    closing = closing_note(ctx) if passed else None  # in the final reserve: stopping is fine, say why
+    return FinalizeOutput(passed=passed, path=str(final), checkpoint=record["checkpoint"], items=items,
+                          notes=[*notes, *([closing] if closing else [])], scoring=scoring)
