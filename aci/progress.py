@@ -17,6 +17,7 @@ from aci.state import iso, now, parse_ts
 
 FINALIZE = "finalize.json"
 PROFILE_CHANGE = "profile_change"  # key of a plan event's data when init --force changed the rules profile
+BASE_MODEL_CHANGE = "base_model_change"  # key of a plan event's data when init --force changed the base model
 
 
 class PhaseStatus(BaseModel):
@@ -165,14 +166,15 @@ def finalized_at(gate_map: dict[str, Gate]) -> str | None:
 
 
 def rules_weakened(ctx: Context) -> list[str]:
-    """Each switch of the rules profile that weakened them (`plan init --force` with another profile), from
+    """Each switch that weakened the rules (`plan init --force` with another profile or base model), from
     the journal: the run card then no longer says what the run started under."""
     out = []
     for e in ctx.state.journal() if ctx.card else []:
-        change = (e.get("data") or {}).get(PROFILE_CHANGE)
-        if change and change.get("weakened"):
-            out.append(f"{e['ts']}: rules profile {change['from']} -> {change['to']}, weaker: "
-                       + "; ".join(change["weakened"]))
+        for key, what in ((PROFILE_CHANGE, "rules profile"), (BASE_MODEL_CHANGE, "base model")):
+            change = (e.get("data") or {}).get(key)
+            if change and change.get("weakened"):
+                out.append(f"{e['ts']}: {what} {change['from']} -> {change['to']}, weaker: "
+                           + "; ".join(change["weakened"]))
     return out
 
 
@@ -247,7 +249,7 @@ class Summary(BaseModel):
     rules_now: list[str] = Field(default_factory=list, description="the rules that apply at this point")
     goal: Goal | None = Field(None, description="what the run aims at now: a target, or a stretch goal once met")
     plainly: list[str] = Field(default_factory=list, description="where the run stands, in plain sentences")
-    rules_weakened: list[str] = Field(default_factory=list, description="profile switches that weakened the rules")
+    rules_weakened: list[str] = Field(default_factory=list, description="profile or base-model switches that weakened the rules")
 
 
 def summarise(ctx: Context, last: int = 10) -> Summary:

@@ -1,0 +1,39 @@
+"""The edges a careful attacker or an unlucky run finds (issue 26): one test per defect, each failing on the
+code before its fix. Real parts: the stdio and HTTP servers, git-backed state, files, FIFOs and links.
+(Jobs whose supervisor is killed: `tests/test_faults.py`; the state history's growth: `tests/test_state.py`.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from aci import registry
+from aci.context import Context
+from aci.errors import ACIError
+
+
+def _plan(workdir, **fields):
+    return registry.call("plan", fields, Context(workdir=workdir))
+
+
+# -- row 2: the base model is fixed after plan init --------------------------------------------------------
+def test_the_base_model_changes_only_by_a_journaled_re_init(workdir):
+    """`plan update --base-model` swapped the base mid-run under the strict profile, so a folder named like an
+    instruct model then counted as the base. Only `init --force` may change it, and that is a weakening."""
+    _plan(workdir, action="init", base_model="Qwen/Qwen3-1.7B-Base", benchmark="gsm8k", profile="posttrainbench")
+    with pytest.raises(ACIError) as e:
+        _plan(workdir, action="update", base_model="Qwen/Qwen3-1.7B-Instruct")
+    assert e.value.rule == "base-model-only" and "init --force" in str(e.value)
+    assert Context(workdir=workdir).card.base_model == "Qwen/Qwen3-1.7B-Base"
+    again = _plan(workdir, action="init", base_model="Qwen/Qwen3-1.7B-Instruct", benchmark="gsm8k")
+    assert again.card["base_model"] == "Qwen/Qwen3-1.7B-Base"  # init without --force keeps it, as before
+
+    out = _plan(workdir, action="init", base_model="Qwen/Qwen3-1.7B-Instruct", benchmark="gsm8k",
+                profile="posttrainbench", force=True)
+    assert out.card["base_model"] == "Qwen/Qwen3-1.7B-Instruct"
+    assert any("base model changed" in w for w in out.warnings)
+    ctx = Context(workdir=workdir)
+    change = ctx.state.journal()[-1]["data"]["base_model_change"]
+    assert change["from"] == "Qwen/Qwen3-1.7B-Base" and change["to"] == "Qwen/Qwen3-1.7B-Instruct"
+    s = registry.call("status", {}, ctx)
+    assert any("base model Qwen/Qwen3-1.7B-Base -> Qwen/Qwen3-1.7B-Instruct" in w for w in s.state.rules_weakened)
+    assert any("Rules weakened mid-run" in r for r in s.run.reminders)
