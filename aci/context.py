@@ -80,7 +80,16 @@ class Context:
         return [self.workdir, self.state.root, *extra, *([Path(hf).resolve()] if hf else [])]
 
     def path(self, value: str | Path, *, must_exist: bool = False, what: str = "path") -> Path:
-        """Resolve a caller-given path against the workdir and refuse it outside the roots."""
+        """Resolve a caller-given path against the workdir and refuse it outside the roots, and a name no file
+        can have: with a NUL byte, or not valid UTF-8 (state and answers are UTF-8 JSON)."""
+        text = str(value)
+        if "\0" in text:
+            raise ACIError(f"{what} {value!r} contains a NUL byte, which no file name can hold")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ACIError(f"{what} {value!r} is not valid UTF-8 (a lone surrogate, or the bytes of a name in "
+                           f"another encoding); rename the file to a UTF-8 name") from None
         p = Path(value).expanduser()
         p = (p if p.is_absolute() else self.workdir / p).resolve()
         if not any(p == r or r in p.parents for r in self.roots):

@@ -4,11 +4,14 @@ code before its fix. Real parts: the stdio and HTTP servers, git-backed state, f
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from aci import registry
 from aci.context import Context
 from aci.errors import ACIError
+from tests.conftest import mcp_client
 
 
 def _plan(workdir, **fields):
@@ -37,3 +40,25 @@ def test_the_base_model_changes_only_by_a_journaled_re_init(workdir):
     s = registry.call("status", {}, ctx)
     assert any("base model Qwen/Qwen3-1.7B-Base -> Qwen/Qwen3-1.7B-Instruct" in w for w in s.state.rules_weakened)
     assert any("Rules weakened mid-run" in r for r in s.run.reminders)
+
+
+# -- row 10: errors say what broke -------------------------------------------------------------------------------
+def test_unexpected_errors_and_nul_bytes_are_answered_with_a_reason(workdir):
+    """A NUL byte in a path answered only "Error executing tool histogram" (a ValueError the server did not
+    catch); any other exception did the same. Now a NUL is refused by name, and a bug answers with its type
+    and message."""
+    async def go():
+        async with mcp_client(workdir) as c:
+            nul = await c.call_tool("histogram", {"path": "data\x00.jsonl"})
+            (workdir / "state").mkdir()
+            (workdir / "state" / "run.json").mkdir()  # an unlucky state: a folder where the run card goes
+            broken = await c.call_tool("status", {})
+            alive = await c.call_tool("log-state", {"action": "summary"})
+            return nul, broken, alive
+
+    nul, broken, alive = asyncio.run(go())
+    assert nul.is_error and "NUL byte" in nul.content[0].text, nul.content[0].text
+    text = broken.content[0].text
+    assert broken.is_error and text.startswith("Error executing tool status: IsADirectoryError: "), text
+    assert "run.json" in text and "Traceback" not in text
+    assert alive.is_error and "IsADirectoryError" in alive.content[0].text  # the server still answers
