@@ -42,6 +42,26 @@ def test_the_base_model_changes_only_by_a_journaled_re_init(workdir):
     assert any("Rules weakened mid-run" in r for r in s.run.reminders)
 
 
+# -- row 6: JSON text reaches a text field as text -----------------------------------------------------------
+def test_a_json_grader_spec_is_accepted_as_text_over_mcp(workdir):
+    """The SDK parsed every JSON-looking string for a field not typed exactly `str`, so the documented JSON
+    grader spec was refused: "Input should be a valid string"."""
+    spec = '{"type": "regex", "pattern": "#### ([0-9]+)"}'
+
+    async def go():
+        async with mcp_client(workdir) as c:
+            plan = await c.call_tool("plan", {"action": "init", "base_model": "b", "benchmark": "toy", "grader": spec})
+            note = await c.call_tool("log-state", {"message": '["a list", "as text"]'})
+            bad = await c.call_tool("histogram", {"features": '["no-such-feature"]', "path": "x.jsonl"})
+            return plan, note, bad
+
+    plan, note, bad = asyncio.run(go())
+    assert not plan.is_error, plan.content[0].text
+    assert plan.structured_content["card"]["grader"] == spec
+    assert not note.is_error and note.structured_content["event"]["message"] == '["a list", "as text"]'
+    assert bad.is_error and "valid list" not in bad.content[0].text  # a JSON list for a list field still parses
+
+
 # -- row 10: errors say what broke -------------------------------------------------------------------------------
 def test_unexpected_errors_and_nul_bytes_are_answered_with_a_reason(workdir):
     """A NUL byte in a path answered only "Error executing tool histogram" (a ValueError the server did not
