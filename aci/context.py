@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from aci import records, rules
 from aci.clock import Clock, clock_for
 from aci.errors import ACIError
+from aci.files import regular_only
 from aci.state import State, iso, resolve_root
 
 ROOTS_ENV = "ACI_ROOTS"  # extra allowed roots, os.pathsep-separated (e.g. a shared data or model cache)
@@ -80,8 +81,9 @@ class Context:
         return [self.workdir, self.state.root, *extra, *([Path(hf).resolve()] if hf else [])]
 
     def path(self, value: str | Path, *, must_exist: bool = False, what: str = "path") -> Path:
-        """Resolve a caller-given path against the workdir and refuse it outside the roots, and a name no file
-        can have: with a NUL byte, or not valid UTF-8 (state and answers are UTF-8 JSON)."""
+        """Resolve a caller-given path against the workdir and refuse it outside the roots, and refuse what
+        no tool can read or write whole: a name with a NUL byte or not valid UTF-8 (state and answers are
+        UTF-8 JSON), and a FIFO, socket or device (reading a FIFO blocks until a writer comes)."""
         text = str(value)
         if "\0" in text:
             raise ACIError(f"{what} {value!r} contains a NUL byte, which no file name can hold")
@@ -98,6 +100,7 @@ class Context:
                            f"add a root with {ROOTS_ENV} if it is meant to be used")
         if must_exist and not p.exists():
             raise ACIError(f"{what} {value!r} does not exist ({p})")
+        regular_only(p, what)
         return p
 
     def require_card(self) -> records.RunCard:

@@ -5,6 +5,7 @@ code before its fix. Real parts: the stdio and HTTP servers, git-backed state, f
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
@@ -82,3 +83,36 @@ def test_unexpected_errors_and_nul_bytes_are_answered_with_a_reason(workdir):
     assert broken.is_error and text.startswith("Error executing tool status: IsADirectoryError: "), text
     assert "run.json" in text and "Traceback" not in text
     assert alive.is_error and "IsADirectoryError" in alive.content[0].text  # the server still answers
+
+
+# -- row 11: regular files only ----------------------------------------------------------------------------------
+def test_a_fifo_given_as_a_file_is_refused_without_being_opened(workdir):
+    """A FIFO given as a data file hung the call forever (one server worker thread each time). Every place a
+    tool takes a file refuses it from a stat, before any open() could block."""
+    fifo = workdir / "data.jsonl"
+    os.mkfifo(fifo)
+    (workdir / "ok.jsonl").write_text('{"prompt": "q", "completion": "a"}\n')
+    calls = [("histogram", {"path": "data.jsonl"}),
+             ("contamination", {"path": "ok.jsonl", "reference": "data.jsonl"}),
+             ("plan", {"action": "init", "base_model": "b", "benchmark": "toy", "reference": "data.jsonl"}),
+             ("verify-task", {"tasks": "data.jsonl"})]
+
+    async def go():
+        out = []
+        async with mcp_client(workdir) as c:
+            for name, args in calls:
+                try:
+                    r = await asyncio.wait_for(c.call_tool(name, args), 20)
+                    out.append(r.content[0].text if r.is_error else "succeeded")
+                except asyncio.TimeoutError:  # a reader blocked in open(): a writer lets it go, so the server can end
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                    out.append("hung")
+        return out
+
+    for (name, _), text in zip(calls, asyncio.run(go()), strict=True):
+        assert "named pipe (FIFO)" in text, (name, text)
+
+    from aci.tasks.rows import read_rows
+
+    with pytest.raises(ACIError, match="named pipe"):  # a path that reached the reader some other way
+        next(read_rows(fifo))
