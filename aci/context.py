@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from aci import records, rules
 from aci.clock import Clock, clock_for
 from aci.errors import ACIError
-from aci.files import regular_only
+from aci.files import inside, links_outside, regular_only
 from aci.state import State, iso, resolve_root
 
 ROOTS_ENV = "ACI_ROOTS"  # extra allowed roots, os.pathsep-separated (e.g. a shared data or model cache)
@@ -94,7 +94,7 @@ class Context:
                            f"another encoding); rename the file to a UTF-8 name") from None
         p = Path(value).expanduser()
         p = (p if p.is_absolute() else self.workdir / p).resolve()
-        if not any(p == r or r in p.parents for r in self.roots):
+        if not inside(p, self.roots):
             allowed = ", ".join(str(r) for r in self.roots)
             raise ACIError(f"{what} {value!r} resolves to {p}, outside the allowed roots ({allowed}); "
                            f"add a root with {ROOTS_ENV} if it is meant to be used")
@@ -102,6 +102,16 @@ class Context:
             raise ACIError(f"{what} {value!r} does not exist ({p})")
         regular_only(p, what)
         return p
+
+    def check_links(self, folder: Path, what: str) -> None:
+        """Refuse a model folder holding a symbolic link that resolves outside the roots (`aci.files`)."""
+        found = links_outside(folder, self.roots)
+        if found:
+            name, target = found[0]
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            raise ACIError(f"{what} {folder}: {name} is a symbolic link to {target}, outside the allowed roots "
+                           f"({', '.join(str(r) for r in self.roots)}){more}; a model folder's files must lie "
+                           f"inside them: copy the file in instead of linking it, or add a root with {ROOTS_ENV}")
 
     def require_card(self) -> records.RunCard:
         if not self.card:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 
 import pytest
 
@@ -13,6 +14,7 @@ from aci import registry
 from aci.context import Context
 from aci.errors import ACIError
 from tests.conftest import mcp_client
+from tests.eval_helpers import call, copy_model, entries, init_run
 
 
 def _plan(workdir, **fields):
@@ -41,6 +43,45 @@ def test_the_base_model_changes_only_by_a_journaled_re_init(workdir):
     s = registry.call("status", {}, ctx)
     assert any("base model Qwen/Qwen3-1.7B-Base -> Qwen/Qwen3-1.7B-Instruct" in w for w in s.state.rules_weakened)
     assert any("Rules weakened mid-run" in r for r in s.run.reminders)
+
+
+# -- row 3: a model folder's links stay inside the allowed roots ------------------------------------------
+def test_a_checkpoint_linking_outside_the_roots_is_refused_at_registration_and_promotion(
+        workdir, tiny_model, tmp_path_factory, monkeypatch):
+    """A link in a checkpoint to a file outside the roots was copied into final_model/ as what it points to
+    (the copy follows links), and finalize passed. It is now refused when the folder is registered, and
+    again at promotion for a link made after registration (the content hash reads through links, so a link
+    to an identical copy elsewhere passes it, and that copy can change after the check)."""
+    for name in ("HF_HOME", "ACI_ROOTS"):
+        monkeypatch.delenv(name, raising=False)
+    outside = tmp_path_factory.mktemp("outside")
+    init_run(workdir, tiny_model)
+    call(workdir, checkpoint="base", limit=40)
+
+    def link_out(folder, name):
+        shutil.copy(folder / name, outside / f"{folder.name}-{name}")
+        (folder / name).unlink()
+        (folder / name).symlink_to(outside / f"{folder.name}-{name}")
+
+    first = copy_model(tiny_model, workdir / "ck-linked", 0.9)
+    link_out(first, "tokenizer_config.json")
+    with pytest.raises(ACIError, match=r"tokenizer_config.json is a symbolic link to .*outside the allowed roots"):
+        call(workdir, checkpoint="ck-linked", parent="base", limit=40)
+    assert not entries(workdir, "registered")
+
+    inside = copy_model(tiny_model, workdir / "ck-inside", 0.9)  # a link that stays inside is fine
+    (inside / "tokenizer.json").unlink()
+    (inside / "tokenizer.json").symlink_to(workdir / "base" / "tokenizer.json")
+    assert call(workdir, checkpoint="ck-inside", parent="base", limit=40).result["score"] == pytest.approx(0.9)
+
+    later = copy_model(tiny_model, workdir / "ck-later", 0.95)
+    call(workdir, checkpoint="ck-later", parent="base", limit=40)
+    link_out(later, "tokenizer_config.json")
+    with pytest.raises(ACIError, match=r"ck-later: tokenizer_config.json is a symbolic link"):
+        call(workdir, action="promote", checkpoint="ck-later")
+    assert not (workdir / "final_model").exists()
+    assert call(workdir, action="promote", checkpoint="ck-inside").promotion.promoted
+    assert not any(p.is_symlink() for p in (workdir / "final_model").rglob("*"))
 
 
 # -- row 6: JSON text reaches a text field as text -----------------------------------------------------------
