@@ -5,9 +5,11 @@ whose structured result is the output model; `ACIError` becomes a `ToolError` th
 does any other exception (a bug), as its type and message.
 Blocking tool work runs in a worker thread so the server keeps answering.
 
-Over HTTP the tools start jobs and commands on this machine, so the server binds to loopback; another
-address needs `allow_remote` and a bearer token, which every request must then carry (a token also
-guards a loopback server when given).
+Over HTTP the tools start jobs and commands on this machine, so the server binds to loopback (another
+address needs `allow_remote`), answers only requests whose Host and Origin name its own address (a web
+page that rebinds its DNS name to loopback is refused), and every request must carry a bearer token,
+generated at start unless one is given in a file or the environment (any local user can reach a
+loopback port).
 """
 
 from __future__ import annotations
@@ -179,18 +181,58 @@ def _add_markdown(server) -> None:
 
 
 TOKEN_ENV = "ACI_HTTP_TOKEN"
+WILDCARDS = ("0.0.0.0", "::", "")
 
 
-def check_http_host(host: str, allow_remote: bool, token: str | None) -> None:
-    """Refuse to serve the tools beyond loopback unless asked to explicitly and a bearer token guards them."""
+def check_http_host(host: str, allow_remote: bool) -> None:
+    """Refuse to serve the tools beyond loopback unless asked to explicitly (a bearer token always guards them)."""
     from aci.rules import is_loopback
 
-    if is_loopback(host):
-        return
-    if not allow_remote or not token:
+    if not is_loopback(host) and not allow_remote:
         raise ACIError(f"--host {host} would let any client that reaches this machine start training jobs and "
-                       f"commands; serve on 127.0.0.1, or pass --allow-remote together with a bearer token "
-                       f"(--token or {TOKEN_ENV})")
+                       f"commands; serve on 127.0.0.1, or pass --allow-remote (every request must then carry the "
+                       f"bearer token)")
+
+
+def http_token(token_file: str | None) -> tuple[str, bool]:
+    """The bearer token every HTTP request must carry and whether it was generated here: from `token_file`,
+    else `$ACI_HTTP_TOKEN`, else a new random one. Never an argument, which any local user can read in the
+    process list."""
+    import os
+    import secrets
+    from pathlib import Path
+
+    if token_file:
+        try:
+            given = Path(token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ACIError(f"--token-file {token_file}: cannot be read ({e})") from None
+        if not given:
+            raise ACIError(f"--token-file {token_file} is empty")
+        return given, False
+    if os.environ.get(TOKEN_ENV):
+        return os.environ[TOKEN_ENV], False
+    return secrets.token_urlsafe(32), True
+
+
+def transport_security(host: str, port: int, extra_hosts: tuple[str, ...] = ()):
+    """Host and Origin headers the server answers: its bound address (with `localhost` when that is
+    127.0.0.1 or ::1; the machine's names when bound to every interface) and `extra_hosts`. A page that
+    rebinds its own DNS name to this address still sends its own name, and is refused. The SDK sets this
+    for 127.0.0.1, localhost and ::1 alone, and for no other address (127.0.0.2 answered any Host)."""
+    import socket
+
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    names = [host]
+    if host in ("127.0.0.1", "::1", "localhost"):
+        names += ["127.0.0.1", "localhost", "::1"]
+    if host in WILDCARDS:
+        names += [socket.gethostname(), socket.getfqdn(), "127.0.0.1", "localhost", "::1"]
+    names = list(dict.fromkeys(n for n in [*names, *extra_hosts] if n not in WILDCARDS))
+    hosts = [f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                     allowed_origins=[f"http://{h}" for h in hosts])
 
 
 class BearerAuth:
@@ -212,13 +254,20 @@ class BearerAuth:
 
 
 def serve(state: str | None, workdir: str | None, http: bool = False, host: str = "127.0.0.1", port: int = 8765,
-          *, allow_remote: bool = False, token: str | None = None) -> None:
+          *, allow_remote: bool = False, token_file: str | None = None, allowed_hosts: tuple[str, ...] = ()) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not http:
         build(state, workdir).run()
         return
-    check_http_host(host, allow_remote, token)
+    check_http_host(host, allow_remote)
+    token, generated = http_token(token_file)
+    import sys
+
     import uvicorn
 
-    app = build(state, workdir).streamable_http_app(host=host)
-    uvicorn.run(BearerAuth(app, token) if token else app, host=host, port=port, log_level="warning")
+    app = build(state, workdir).streamable_http_app(host=host, transport_security=transport_security(
+        host, port, allowed_hosts))
+    if generated:  # once, on stderr: the one who started the server hands it to the client
+        print(f"aci serve: clients must send the header 'Authorization: Bearer {token}' (a new token each start; "
+              f"set {TOKEN_ENV} or --token-file to choose one)", file=sys.stderr, flush=True)
+    uvicorn.run(BearerAuth(app, token), host=host, port=port, log_level="warning")

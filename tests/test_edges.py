@@ -5,8 +5,13 @@ code before its fix. Real parts: the stdio and HTTP servers, git-backed state, f
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -82,6 +87,71 @@ def test_a_checkpoint_linking_outside_the_roots_is_refused_at_registration_and_p
     assert not (workdir / "final_model").exists()
     assert call(workdir, action="promote", checkpoint="ck-inside").promotion.promoted
     assert not any(p.is_symlink() for p in (workdir / "final_model").rglob("*"))
+
+
+# -- row 5: the HTTP transport answers its own address, with a bearer token --------------------------------
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _post(host: str, port: int, headers: dict) -> int:
+    import http.client
+
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    c = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        c.request("POST", "/mcp", body=hello, headers={
+            "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers})
+        return c.getresponse().status
+    finally:
+        c.close()
+
+
+def test_http_refuses_foreign_hosts_and_origins_and_needs_a_token_it_generates(workdir):
+    """`--host 127.0.0.2` took `Host: evil.example` with a foreign Origin (DNS rebinding: a web page reaching
+    the tools) and, without --token, any local user's request. Now the server prints a token it made, once,
+    and answers only its own address."""
+    host = "127.0.0.2"
+    port = _free_port(host)
+    env = {k: v for k, v in os.environ.items() if k != "ACI_HTTP_TOKEN"}
+    proc = subprocess.Popen([sys.executable, "-m", "aci.cli", "serve", "--http", "--host", host, "--port", str(port)],
+                            cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        import select
+
+        line = proc.stderr.readline() if select.select([proc.stderr], [], [], 60)[0] else ""
+        assert "Authorization: Bearer " in line, line
+        token = line.split("Bearer ", 1)[1].split("'", 1)[0]
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            try:
+                socket.create_connection((host, port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        auth = {"Authorization": f"Bearer {token}"}
+        assert _post(host, port, {}) == 401
+        assert _post(host, port, {"Authorization": "Bearer wrong"}) == 401
+        assert _post(host, port, {**auth, "Host": "evil.example", "Origin": "http://evil.example"}) == 421
+        assert _post(host, port, {**auth, "Host": f"evil.example:{port}"}) == 421
+        assert _post(host, port, {**auth, "Origin": "http://evil.example"}) == 403
+        assert _post(host, port, {**auth, "Origin": f"http://{host}:{port}"}) == 200
+        assert _post(host, port, auth) == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert token not in " ".join(proc.args)  # never on the command line, where `ps` shows it
+
+    from aci.server import http_token
+
+    (workdir / "token").write_text("chosen\n")
+    assert http_token(str(workdir / "token")) == ("chosen", False)
+    (workdir / "token").write_text("")
+    with pytest.raises(ACIError, match="is empty"):
+        http_token(str(workdir / "token"))
 
 
 # -- row 6: JSON text reaches a text field as text -----------------------------------------------------------
