@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -80,10 +81,13 @@ class Context:
         hf = os.environ.get("HF_HOME")
         return [self.workdir, self.state.root, *extra, *([Path(hf).resolve()] if hf else [])]
 
-    def path(self, value: str | Path, *, must_exist: bool = False, what: str = "path") -> Path:
+    def path(self, value: str | Path, *, must_exist: bool = False, what: str = "path",
+             kind: Literal["file", "folder"] | None = None) -> Path:
         """Resolve a caller-given path against the workdir and refuse it outside the roots, and refuse what
         no tool can read or write whole: a name with a NUL byte or not valid UTF-8 (state and answers are
-        UTF-8 JSON), and a FIFO, socket or device (reading a FIFO blocks until a writer comes)."""
+        UTF-8 JSON), and a FIFO, socket or device (reading a FIFO blocks until a writer comes). `kind`
+        ("file" or "folder"): what an existing path must be (an output written as a file over a folder
+        fails only once the data is written)."""
         text = str(value)
         if "\0" in text:
             raise ACIError(f"{what} {value!r} contains a NUL byte, which no file name can hold")
@@ -93,7 +97,16 @@ class Context:
             raise ACIError(f"{what} {value!r} is not valid UTF-8 (a lone surrogate, or the bytes of a name in "
                            f"another encoding); rename the file to a UTF-8 name") from None
         p = Path(value).expanduser()
-        p = (p if p.is_absolute() else self.workdir / p).resolve()
+        try:
+            p = (p if p.is_absolute() else self.workdir / p).resolve()
+            looped = p.is_symlink()  # resolved, yet a link: a loop (Python 3.13 and later)
+        except RuntimeError:  # a loop of links, before Python 3.13
+            looped = True
+        except OSError as e:  # a name or path too long, a folder that cannot be read
+            raise ACIError(f"{what} {value!r} cannot be used: {e.strerror}") from None
+        if looped:
+            raise ACIError(f"{what} {value!r} is a loop of symbolic links (each points on to the next, back to the "
+                           f"first)")
         if not inside(p, self.roots):
             allowed = ", ".join(str(r) for r in self.roots)
             raise ACIError(f"{what} {value!r} resolves to {p}, outside the allowed roots ({allowed}); "
@@ -101,6 +114,9 @@ class Context:
         if must_exist and not p.exists():
             raise ACIError(f"{what} {value!r} does not exist ({p})")
         regular_only(p, what)
+        if kind == "file" and p.is_dir() or kind == "folder" and p.exists() and not p.is_dir():
+            raise ACIError(f"{what} {value!r} is {'a folder' if p.is_dir() else 'a file'} ({p}); a {kind} is needed "
+                           f"here")
         return p
 
     def check_links(self, folder: Path, what: str) -> None:

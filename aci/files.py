@@ -49,8 +49,8 @@ def links_outside(folder: Path, roots: list[Path]) -> list[tuple[str, Path]]:
         for name in [*dirs, *files]:
             p = Path(top) / name
             if p.is_symlink():
-                target = p.resolve()
+                target = Path(os.path.realpath(p))  # never raises, a loop of links included
                 if not inside(target, roots):
                     out.append((p.relative_to(folder).as_posix(), target))
-        dirs[:] = [d for d in dirs if inside((Path(top) / d).resolve(), roots)]
+        dirs[:] = [d for d in dirs if inside(Path(os.path.realpath(Path(top) / d)), roots)]
     return out

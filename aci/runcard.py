@@ -11,6 +11,8 @@ import re
 import shlex
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from aci import manifest, records
 from aci import rules as rules_mod
 from aci.clock import parse_deadline, read_timer
@@ -108,7 +110,12 @@ def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:
 
 
 def _write(ctx: Context, card: dict, message: str, event_data: dict) -> None:
-    model = records.RunCard.model_validate(card)
+    try:
+        model = records.RunCard.model_validate(card)
+    except ValidationError as e:  # e.g. an empty --deadline, which check_fields has nothing to parse in
+        err = e.errors()[0]
+        raise ACIError(f"run card field {'.'.join(str(p) for p in err['loc'])}: {err['msg']} (given "
+                       f"{err.get('input')!r})") from None
     with ctx.state.event("plan", message, tool="plan", data=event_data) as w:
         w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
 

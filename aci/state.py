@@ -77,6 +77,8 @@ def resolve_root(state: Path | str | None = None, workdir: Path | str | None = N
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so readers see the old or the new content, never a mix."""
+    if path.is_dir():  # the rename below would fail only after the data was written
+        raise ACIError(f"{path} is a folder; give a file name to write to")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
