@@ -196,8 +196,8 @@ def _hold_unwatched(folder: Path, job: dict) -> str | None:
 def _unrecorded_end(folder: Path, job: dict, progress: dict) -> tuple[str, str]:
     """How a job ended whose supervisor vanished without `exit.json`. What is left of it (its command's own
     children, which no parent-death signal reached) is killed first, so nothing of it runs on unwatched."""
-    for pid in carrying(f"{JOB_DIR_ENV}={folder}".encode()):
-        try:
+    for pid in carrying(f"{JOB_DIR_ENV}={folder}".encode()) if job.get("supervisor_pid") else []:
+        try:  # (no supervisor_pid yet: `start` is launching it, under the state lock, and nothing has died)
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
