@@ -57,10 +57,13 @@ def _until(predicate, timeout: float, poll: float = 0.1):
 
 
 def _server_pids(workdir: Path) -> list[int]:
+    """The `aci serve` processes started in `workdir` (argv holds `aci.cli` and `serve`: a pytest process
+    whose argv names test_server.py, in the same folder, is not one)."""
     found = []
     for p in Path("/proc").iterdir():
         try:
-            if p.name.isdigit() and b"serve" in (p / "cmdline").read_bytes() and Path(os.readlink(p / "cwd")) == workdir:
+            argv = (p / "cmdline").read_bytes().split(b"\0") if p.name.isdigit() else []
+            if b"aci.cli" in argv and b"serve" in argv and Path(os.readlink(p / "cwd")) == workdir:
                 found.append(int(p.name))
         except OSError:
             continue
