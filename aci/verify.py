@@ -264,8 +264,8 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
 
     src = ctx.path(inp.tasks, must_exist=True, what="tasks file")
     stem = src.name.removesuffix(".jsonl").removesuffix(".json")
-    kept_path = ctx.path(inp.kept or src.with_name(f"{stem}.kept.jsonl"), what="kept file")
-    rejected_path = ctx.path(inp.rejected or src.with_name(f"{stem}.rejected.jsonl"), what="rejected file")
+    kept_path = ctx.path(inp.kept or src.with_name(f"{stem}.kept.jsonl"), what="kept file", kind="file")
+    rejected_path = ctx.path(inp.rejected or src.with_name(f"{stem}.rejected.jsonl"), what="rejected file", kind="file")
     if len({src, kept_path, rejected_path}) < 3:
         raise ACIError(f"the tasks, kept and rejected files must be three different files ({src}, {kept_path}, "
                        f"{rejected_path})")

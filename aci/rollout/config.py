@@ -96,7 +96,7 @@ def config(req: RolloutRequest, ctx: Context) -> RolloutConfig:
     if not req.tasks:
         raise ACIError("run needs --tasks FILE")
     tasks = ctx.path(req.tasks, must_exist=True, what="tasks file")
-    out = ctx.path(req.out or f"rollouts/{tasks.stem}", what="output folder")
+    out = ctx.path(req.out or f"rollouts/{tasks.stem}", what="output folder", kind="folder")
     settings = Settings(**req.model_dump(include=set(Sampling.model_fields)), extra=req.settings or {})
     return RolloutConfig(**req.model_dump(include=set(RolloutOptions.model_fields)), tasks=str(tasks), out=str(out),
                          grader=req.grader, settings=settings)

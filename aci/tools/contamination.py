@@ -99,7 +99,7 @@ def contamination(inp: ContaminationInput, ctx: Context) -> ContaminationOutput:
 
     path = ctx.path(inp.path, must_exist=True, what="training set")
     pin = ctx.card.reference if ctx.card else None
-    if inp.reference is None and not pin:
+    if not inp.reference and not pin:
         raise ACIError("no --reference given and none pinned in the run card: pass the benchmark's test items")
     ref = ctx.path(inp.reference or pin["path"], must_exist=True, what="reference set")
     if path == ref:
@@ -139,7 +139,7 @@ def contamination(inp: ContaminationInput, ctx: Context) -> ContaminationOutput:
 
     clean_path, kept = None, None
     if inp.clean_output:
-        clean_path = ctx.path(inp.clean_output, what="clean output")
+        clean_path = ctx.path(inp.clean_output, what="clean output", kind="file")
         if clean_path in (path, ref):
             raise ACIError("--clean-output must be a new file, not the training set or the reference")
         kept = _write_clean(path, data, clean_path, {r["row"] for r in report.flagged})
