@@ -17,6 +17,8 @@ from aci.state import iso, now, parse_ts
 
 FINALIZE = "finalize.json"
 PROFILE_CHANGE = "profile_change"  # key of a plan event's data when init --force changed the rules profile
+BASE_MODEL_CHANGE = "base_model_change"  # key of a plan event's data when init --force changed the base model
+SANDBOX = "sandbox"  # key of a sandbox event's data: graded model code ran in a partial or unsafe sandbox
 
 
 class PhaseStatus(BaseModel):
@@ -169,14 +171,20 @@ def finalized_at(gate_map: dict[str, Gate]) -> str | None:
 
 
 def rules_weakened(ctx: Context) -> list[str]:
-    """Each switch of the rules profile that weakened them (`plan init --force` with another profile), from
-    the journal: the run card then no longer says what the run started under."""
+    """Each switch that weakened the rules (`plan init --force` with another profile or base model), and each
+    grading of model code as root that `--unsafe-grader` allowed, from the journal: the run card then no
+    longer says what the run started under."""
     out = []
     for e in ctx.state.journal() if ctx.card else []:
-        change = (e.get("data") or {}).get(PROFILE_CHANGE)
-        if change and change.get("weakened"):
-            out.append(f"{e['ts']}: rules profile {change['from']} -> {change['to']}, weaker: "
-                       + "; ".join(change["weakened"]))
+        data = e.get("data") or {}
+        for key, what in ((PROFILE_CHANGE, "rules profile"), (BASE_MODEL_CHANGE, "base model")):
+            change = data.get(key)
+            if change and change.get("weakened"):
+                out.append(f"{e['ts']}: {what} {change['from']} -> {change['to']}, weaker: "
+                           + "; ".join(change["weakened"]))
+        box = data.get(SANDBOX)
+        if box and box.get("kind") == "unsafe":
+            out.append(f"{e['ts']}: {e.get('tool')} --unsafe-grader ran model code as root ({box.get('note')})")
     return out
 
 
@@ -251,7 +259,7 @@ class Summary(BaseModel):
     rules_now: list[str] = Field(default_factory=list, description="the rules that apply at this point")
     goal: Goal | None = Field(None, description="what the run aims at now: a target, or a stretch goal once met")
     plainly: list[str] = Field(default_factory=list, description="where the run stands, in plain sentences")
-    rules_weakened: list[str] = Field(default_factory=list, description="profile switches that weakened the rules")
+    rules_weakened: list[str] = Field(default_factory=list, description="profile or base-model switches that weakened the rules")
 
 
 def summarise(ctx: Context, last: int = 10) -> Summary:

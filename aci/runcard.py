@@ -12,12 +12,14 @@ import shlex
 from datetime import timedelta
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from aci import manifest, records
 from aci import rules as rules_mod
 from aci.clock import fmt, parse_deadline, read_timer
 from aci.context import Context
 from aci.errors import ACIError
-from aci.progress import PROFILE_CHANGE
+from aci.progress import BASE_MODEL_CHANGE, PROFILE_CHANGE
 from aci.state import iso, now, parse_ts
 from aci.training import gates as train_gates
 
@@ -52,6 +54,13 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
             warnings.append(f"the rules profile changed from {change['from']} to {change['to']} mid-run, which "
                             f"weakens them: {'; '.join(change['weakened'])}. The journal keeps this and status "
                             f"shows it for the rest of the run")
+    switched = base_model_change(ctx, card["base_model"])
+    if switched:
+        message += f" (base model {switched['from']} -> {switched['to']})"
+        event_data = {**event_data, BASE_MODEL_CHANGE: switched}
+        warnings.append(f"the base model changed from {switched['from']!r} to {switched['to']!r} mid-run: "
+                        f"{switched['weakened'][0]}. The journal keeps this and status shows it for the rest of "
+                        f"the run")
     _write(ctx, card, message, event_data)
     return warnings
 
@@ -89,6 +98,17 @@ def _set_deadline(card: dict, fields: dict, remaining: timedelta | None) -> list
     return warnings
 
 
+def base_model_change(ctx: Context, base_model: str) -> dict | None:
+    """`init --force` over a card with another base model: from, to, and what that weakens (a checkpoint is
+    "derived from the base model" when its parent chain reaches `base`, whatever model `base` names now)."""
+    old = ctx.card.base_model if ctx.card else None
+    if not old or old == base_model:
+        return None
+    return {"from": old, "to": base_model, "weakened": [
+        "checkpoints registered before now still count as derived from `base`, which names another model now, "
+        "so rule base-model-only no longer tells them apart"]}
+
+
 def profile_change(ctx: Context, profile: str) -> dict | None:
     """`init --force` over a card with another rules profile: from, to, and what the switch weakens (an
     agent once switched to `default` to get past a refusal and silently dropped the contamination gate)."""
@@ -100,12 +120,18 @@ def profile_change(ctx: Context, profile: str) -> dict | None:
 
 
 def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:
-    """Change fields of the run card (never its profile); returns warnings."""
+    """Change fields of the run card (never its profile or base model); returns warnings."""
     card = ctx.require_card().model_dump(mode="json", exclude_none=True)
     if not fields:
         raise ACIError("plan update needs at least one field to change")
     if "profile" in fields and fields["profile"] != card.get("profile"):
         raise ACIError("the rules profile is fixed at init; re-init with force=true to change it")
+    if "base_model" in fields and fields["base_model"] != card.get("base_model"):
+        raise ctx.rules.refuse("base-model-only", f"the base model is fixed at init ({card.get('base_model')!r}, "
+                               f"given {fields['base_model']!r}): every checkpoint of the run is traced to it and "
+                               f"promotion checks against it. If the card names the wrong model, `aci plan init "
+                               f"--force` with every field replaces the card, and the journal keeps the switch as "
+                               f"a weakening of the rules")
     if "reference" in fields:
         fields["reference"] = train_gates.pin_reference(ctx, fields["reference"], card.get("reference"))
     if "deadline" in fields and "budget_hours" not in fields:  # the budget follows a new deadline
@@ -121,7 +147,12 @@ def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:
 
 
 def _write(ctx: Context, card: dict, message: str, event_data: dict) -> None:
-    model = records.RunCard.model_validate(card)
+    try:
+        model = records.RunCard.model_validate(card)
+    except ValidationError as e:  # e.g. an empty --deadline, which check_fields has nothing to parse in
+        err = e.errors()[0]
+        raise ACIError(f"run card field {'.'.join(str(p) for p in err['loc'])}: {err['msg']} (given "
+                       f"{err.get('input')!r})") from None
     with ctx.state.event("plan", message, tool="plan", data=event_data) as w:
         w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
 

@@ -66,6 +66,8 @@ class VerifyRequest(BaseModel):
     judge_rubric: str | None = Field(None, description="Method A: the judge's rubric")
     judge_threshold: float = Field(0.5, ge=0, le=1, description="Method A: judge scores below this are discarded")
     workers: int | None = Field(None, ge=1, le=32, description="tasks checked in parallel (default min(4, CPUs))")
+    unsafe_grader: bool = Field(False, description="Method B: let unit-tests run the code as root where no sandbox "
+                                                   "can drop root (rule sandbox; journaled as a weakening)")
 
 
 class SubtypeYield(BaseModel):
@@ -94,6 +96,7 @@ class VerifyReport(BaseModel):
     examples: dict[str, str] = Field(default_factory=dict, description="first rejection per reason")
     judge_mean: float | None = Field(None, description="Method A: mean judge score over judged answers")
     manifest: str = Field(description="state file holding these counts")
+    sandbox: str | None = Field(None, description="where graded code ran (unit-tests), and what that sandbox lacks")
 
 
 class AtomicLines:
@@ -170,7 +173,7 @@ def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None]
             return "no-grader", ("task names no grader, no --grader was given and the benchmark card records "
                                  "neither a grader nor an answer format"), None
         try:
-            grader = grader_for(spec, workdir=ctx.workdir, check_host=check_host)
+            grader = grader_for(spec, workdir=ctx.workdir, check_host=check_host, unsafe_grader=inp.unsafe_grader)
         except ACIError as e:
             if e.rule:
                 raise
@@ -183,6 +186,8 @@ def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None]
             if bad.score > 0:
                 return "corrupt-passes", f"corrupted gold scored {bad.score:.2f}: {bad.reason}", None
         except ACIError as e:
+            if e.rule:
+                raise
             return "missing-gold", str(e), None
         return None, f"gold 1, corrupted {bad.score:.0f}", None
 
@@ -259,8 +264,8 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
 
     src = ctx.path(inp.tasks, must_exist=True, what="tasks file")
     stem = src.name.removesuffix(".jsonl").removesuffix(".json")
-    kept_path = ctx.path(inp.kept or src.with_name(f"{stem}.kept.jsonl"), what="kept file")
-    rejected_path = ctx.path(inp.rejected or src.with_name(f"{stem}.rejected.jsonl"), what="rejected file")
+    kept_path = ctx.path(inp.kept or src.with_name(f"{stem}.kept.jsonl"), what="kept file", kind="file")
+    rejected_path = ctx.path(inp.rejected or src.with_name(f"{stem}.rejected.jsonl"), what="rejected file", kind="file")
     if len({src, kept_path, rejected_path}) < 3:
         raise ACIError(f"the tasks, kept and rejected files must be three different files ({src}, {kept_path}, "
                        f"{rejected_path})")
@@ -273,8 +278,12 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
     check = method_b(inp, ctx, check_host, grader) if inp.method == "B" else method_a(inp, check_host)
     workers = inp.workers or min(4, os.cpu_count() or 1)
 
+    specs: set[str] = set()  # the grader specs met, to say where graded code ran
+
     def run(item: tuple[int, dict, dict]) -> tuple[int, dict, dict, Verdict]:
         line, row, task = item
+        if inp.method == "B":
+            specs.add(json.dumps(task.get("grader") or grader, sort_keys=True))
         return line, row, task, check(task)
 
     per_subtype: dict[str, list[int]] = {}
@@ -303,6 +312,10 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
     kept_out.commit()
     rejected_out.commit()
 
+    from aci.graders import code_sandbox
+    from aci.graders.sandbox import record
+
+    box = code_sandbox((json.loads(x) for x in specs), unsafe_grader=inp.unsafe_grader)
     candidates = sum(c for c, _ in per_subtype.values())
     kept = sum(k for _, k in per_subtype.values())
     by_subtype = [SubtypeYield(subtype=s, candidates=c, kept=k, rate=round(k / c, 4))
@@ -327,4 +340,5 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
         rate=round(kept / candidates, 4) if candidates else 0.0, by_subtype=by_subtype,
         reasons=dict(reasons.most_common()), examples=examples, judge_mean=result["judge_mean"],
         manifest=manifest.rel(kept_path), grader=grader, grader_source=grader_source,
+        sandbox=record(ctx, box, "verify-task") if box else None,
     )

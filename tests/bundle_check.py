@@ -21,7 +21,10 @@ full confidence, so these are checked like code:
   rates, generations, `--option ... default N`) is the default of the live tool's request model;
 * figures copied from `rules.yaml` (final reserve, tolerated contaminated rows, minimum samples) match
   the profiles, the rendered table in `rules/integrity.md` is current, and every dataset id a recipe
-  names is in the allowed table or banned (`tests/bundle_facts.py`).
+  names is in the allowed table or banned (`tests/bundle_facts.py`);
+* agent-facing text (the shipped Markdown, `rules.yaml`, the `aci` package's messages and descriptions)
+  carries no scores of agents or models on the benchmark, no leaderboard, no run records or what earlier
+  runs did, nothing from the benchmark's site, repository, judges or traces (`tests/bundle_provenance.py`).
 
 A development module, not part of the runtime package: `python -m tests.bundle_check [ROOT]` (from the
 repository root) prints one `file:line: problem` per finding and exits 1 on any.
@@ -596,11 +599,12 @@ def check(root: Path | None = None) -> list[Problem]:
     """Every disagreement between the Markdown at `root` (default: the bundle) and the tools and rules."""
     root = Path(root or bundle.root())
     docs = documents(root)
-    from tests import bundle_facts  # figures and dataset ids (it imports this module)
+    # figures and dataset ids, provenance: both import this module
+    from tests import bundle_facts, bundle_provenance
 
     return (check_skill_files(root, docs) + check_links(root, docs) + check_references(root, docs)
             + check_commands(docs) + check_rules(root) + check_guidance(root) + check_phases(root, docs)
-            + check_defaults(docs) + bundle_facts.check(root, docs))
+            + check_defaults(docs) + bundle_facts.check(root, docs) + bundle_provenance.check(root, docs))
 
 
 def main(argv: list[str] | None = None) -> int:

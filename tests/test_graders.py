@@ -246,7 +246,7 @@ def _harness_processes() -> int:
     n = 0
     for p in Path("/proc").iterdir():
         try:
-            n += p.name.isdigit() and b"graders/harness.py" in (p / "cmdline").read_bytes()
+            n += p.name.isdigit() and b"aci_harness.py" in (p / "cmdline").read_bytes()
         except OSError:
             continue
     return n
@@ -310,7 +310,7 @@ def test_unit_tests_have_no_network():
         s = grader_for("unit-tests").score(task(answer=SOLUTION, tests="assert add(1, 1) == 2"), leak)
         with pytest.raises(TimeoutError):
             server.accept()
-    assert s.score == 0 and ("Network is unreachable" in s.reason or "OSError" in s.reason), s.reason
+    assert s.score == 0 and ("Network is unreachable" in s.reason or "Connection refused" in s.reason), s.reason
 
 
 def test_unit_tests_memory_limit():

@@ -90,8 +90,11 @@ def test_streamable_http_on_loopback(workdir):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    import os
+
     proc = subprocess.Popen([sys.executable, "-m", "aci.cli", "serve", "--http", "--port", str(port)], cwd=workdir,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "ACI_HTTP_TOKEN": "loopback-token"})
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -101,8 +104,12 @@ def test_streamable_http_on_loopback(workdir):
             except OSError:
                 time.sleep(0.2)
 
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
         async def go():
-            async with Client(f"http://127.0.0.1:{port}/mcp") as c:
+            http = httpx2.AsyncClient(headers={"Authorization": "Bearer loopback-token"})
+            async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as c:
                 names = {t.name for t in (await c.list_tools()).tools}
                 r = await c.call_tool("status", {})
                 return names, r
@@ -158,7 +165,7 @@ def test_stdio_server_serves_each_skill_with_its_description_and_references_and_
     assert unknown is not None and "eval_command" in unknown, unknown
 
 
-def test_http_beyond_loopback_needs_an_explicit_flag_and_a_bearer_token(workdir):
+def test_http_beyond_loopback_needs_an_explicit_flag_and_every_request_a_bearer_token(workdir):
     import json
     import socket
     import subprocess
@@ -170,9 +177,6 @@ def test_http_beyond_loopback_needs_an_explicit_flag_and_a_bearer_token(workdir)
     refused = subprocess.run([sys.executable, "-m", "aci.cli", "serve", "--http", "--host", "0.0.0.0"], cwd=workdir,
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "--allow-remote" in refused.stderr and "token" in refused.stderr
-    refused = subprocess.run([sys.executable, "-m", "aci.cli", "serve", "--http", "--host", "0.0.0.0",
-                              "--allow-remote"], cwd=workdir, capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 2 and "token" in refused.stderr
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

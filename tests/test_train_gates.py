@@ -256,11 +256,9 @@ def test_a_first_loss_at_chance_is_named_with_what_it_means(first_loss, vocab, f
 def test_a_start_after_the_dry_run_reuses_its_data_check_until_an_input_changes(tmp_path, tiny_model):
     """The second check of the same request neither imports transformers (a fresh CLI process) nor renders
     again; editing the data, the template or the tokenizer's files, or another max_length, checks anew."""
-    make_run(tmp_path, tiny_model, profile="default", contamination=None)
-    model = tmp_path / "model"
+    model = tmp_path / "model"  # a copy whose tokenizer files the test edits
     shutil.copytree(tiny_model, model)
-    subprocess.run([sys.executable, "-m", "aci.cli", "plan", "update", "--base-model", str(model)], cwd=tmp_path,
-                   check=True, capture_output=True)
+    make_run(tmp_path, model, profile="default", contamination=None)
     argv = ["train", "dry-run", "--data", "sft.jsonl", "--max-length", "64", "--check-samples", "16", "--max-steps", "2"]
     probe = ("import atexit, runpy, sys; atexit.register(lambda: print('transformers' in sys.modules, file=sys.stderr)); "
              f"sys.argv = ['aci', '--json', *{argv!r}]; runpy.run_module('aci.cli', run_name='__main__')")

@@ -65,7 +65,7 @@ def test_stop_kill_and_restart(tmp_path, tiny_model, monkeypatch):
     gone = wait(tmp_path, c.id, timeout=30)
     assert gone.job.status == "failed" and "without an exit status" in gone.job.reason
     assert read_json(state.root / records.JOBS / c.id / "exit.json")["status"] == "failed"
-    assert any(e["message"] == f"job {c.id} failed: processes vanished" for e in state.journal())
+    assert any(e["message"] == f"job {c.id} failed: its supervisor vanished" for e in state.journal())
     assert jobs.reap(state) == []  # once
 
     # state is consistent: every line parses, every write was committed, nothing is left running

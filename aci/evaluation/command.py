@@ -35,6 +35,7 @@ from aci.errors import ACIError
 from aci.evaluation.stats import Trial
 from aci.evaluation.translation import split
 from aci.jobs import tail
+from aci.processes import dies_with_parent
 
 PLACEHOLDERS = ("{model_path}", "{limit}", "{output}", "{seed}")
 SCORE_KEYS = ("accuracy", "score", "acc", "exact_match", "pass@1", "mean")
@@ -249,7 +250,8 @@ class CommandEvaluator:
         with open(log_path, "wb") as log:
             try:
                 proc = subprocess.Popen(cmd, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        preexec_fn=dies_with_parent())  # a killed job takes it along
             except OSError as e:
                 raise ACIError(f"eval command could not start ({e.strerror}): {shlex.join(cmd)}") from None
             try:

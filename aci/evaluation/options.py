@@ -213,7 +213,7 @@ def roles(parts: list[str], help: Help, given: dict[str, str]) -> tuple[dict[str
     typed = {p.partition("=")[0] for p in parts if p.startswith("-")}
     for name, role in KNOWN.items():
         if role not in placed and (name in typed or help.find(name)):
-            placed[role], how[role] = name, "PostTrainBench's option name"
+            placed[role], how[role] = name, "the usual option name"
     for role in ROLES:
         if role in placed or not help.options:
             continue

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -126,6 +127,8 @@ def install(ctx: Context, ck: Checkpoint, evaluation: dict, comparison: stats.Co
     disk.require_free(ctx.workdir, size, f"promoting {ck.id} (the new {swap.FINAL} is built beside the old one)")
 
     def build(out):
+        if ck.root:  # a link added since registration would be copied as what it points to
+            ctx.check_links(Path(ck.root), "checkpoint")
         info = runner.prepare(ctx, ck, out, link=False, set_template=set_template)
         ck.verify(ctx)  # what was copied is what was registered and evaluated
         return info

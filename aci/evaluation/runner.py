@@ -46,11 +46,13 @@ class EvalSpec(BaseModel):
     task_dir: str | None = Field(None, description="lm-eval: folder of local task YAMLs")
     dev_set: str | None = Field(None, description="dev: JSONL of held-out task records (each names its grader)")
     grader: str | None = Field(None, description="dev: grader for tasks that name none, e.g. last-number")
-    limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command's "
-                              "limit option gets the value plan init learnt means all, else -1, which "
-                              "PostTrainBench's evaluate.py reads as all); without it the eval command's own "
-                              "default applies (PostTrainBench: 150 GSM8K, 50 GPQA); refused when the command has "
-                              "no {limit}; comparisons need the rules' minimum")
+    unsafe_grader: bool = Field(False, description="dev: let unit-tests run the model's code as root where no sandbox "
+                                                   "can drop root (rule sandbox; journaled as a weakening)")
+    limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command's limit "
+                              "option gets the value plan init learnt means all, else -1, which an evaluate.py "
+                              "with a --limit option reads as all); without it the eval command's own default "
+                              "applies (read it: often a dev subset); refused when the command has no {limit}; "
+                              "comparisons need the rules' minimum")
     trials: int = Field(1, ge=1, le=20, description="independent trials (seeds 0..k-1): mean and min-max range")
     seeds: list[int] | None = Field(None, description="explicit seeds (overrides --trials)")
     temperature: float = Field(0.0, ge=0, allow_inf_nan=False,
@@ -131,10 +133,19 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
         name = path.name
     label = f"dev:{name}@" + _sha8(file_hash(path), spec.grader or "", f"{spec.temperature:g}",
                                    str(spec.max_new_tokens))
-    return DevSetEvaluator(path, limit=spec.items(), template=template_text(ctx), default_grader=spec.grader,
-                           temperature=spec.temperature, max_new_tokens=spec.max_new_tokens,
-                           batch_size=spec.batch_size, workdir=ctx.workdir, out_dir=out_dir,
-                           check_host=lambda h: ctx.rules.check_host(h, judge=True), label=label)
+    ev = DevSetEvaluator(path, limit=spec.items(), template=template_text(ctx), default_grader=spec.grader,
+                         temperature=spec.temperature, max_new_tokens=spec.max_new_tokens,
+                         batch_size=spec.batch_size, workdir=ctx.workdir, out_dir=out_dir,
+                         check_host=lambda h: ctx.rules.check_host(h, judge=True), label=label,
+                         unsafe_grader=spec.unsafe_grader)
+    from aci.graders import code_sandbox
+    from aci.graders.sandbox import record
+
+    box = code_sandbox((t.get("grader") or spec.grader for t in ev.tasks), unsafe_grader=spec.unsafe_grader)
+    if box is not None:
+        record(ctx, box, "eval-checkpoint")
+        ev.sandbox_note = box.note
+    return ev
 
 
 def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool, set_template: bool = False) -> dict:
@@ -190,6 +201,8 @@ def warnings_for(ctx: Context, spec: EvalSpec, evaluator, samples: int | None) -
         out.append("the eval command has no {seed} placeholder: trials differ only by the evaluator's own sampling")
     if n > 1 and spec.evaluator == "dev" and spec.temperature == 0:
         out.append("greedy decoding makes every trial identical: use --temperature > 0 for a meaningful range")
+    if getattr(evaluator, "sandbox_note", ""):
+        out.append(evaluator.sandbox_note)
     return out
 
 

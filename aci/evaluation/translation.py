@@ -104,7 +104,7 @@ def translate(typed: str, help: Help | None = None, given: dict[str, str] | None
     if help.problem and any(p.endswith("evaluate.py") for p in out):  # PostTrainBench's script takes both
         for role, opt in (("limit", "--limit"), ("output", "--json-output-file")):
             placed.setdefault(role, opt)
-            how.setdefault(role, "PostTrainBench's evaluate.py")
+            how.setdefault(role, "evaluate.py's usual options")
     text = " ".join(out)
     for role in ROLES:
         if role in placed and PLACEHOLDER[role] not in text and placed[role] != "(argument)":
@@ -185,8 +185,8 @@ def _unplaced(help: Help, placed: dict) -> list[str]:
     if not help.source or all(r in placed for r in ("model_path", "limit", "output")):
         return out  # no --help was asked for, or nothing is left to ask
     if help.problem:
-        out.append(f"could not read the eval command's options ({help.problem}): only PostTrainBench's option names "
-                   f"and a `final_model` argument were placed; name the others with --limit-option, "
+        out.append(f"could not read the eval command's options ({help.problem}): only the usual option names "
+                   f"(--model-path, --limit, --json-output-file) and a `final_model` argument were placed; name the others with --limit-option, "
                    f"--output-option, --seed-option")
         return out
     if "limit" not in placed:

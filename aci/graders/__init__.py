@@ -19,19 +19,20 @@ reward functions and dev-set evaluation. A spec is a name or `{"type": name, ...
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from aci.errors import ACIError
 from aci.graders.answers import Choice, FinalAnswer, LastNumber, Regex
 from aci.graders.base import Grader, Score
-from aci.graders.code import UnitTests
+from aci.graders.code import UnitTests, admit
 from aci.graders.external import Command, PythonFunction
 from aci.graders.judge import Judge
+from aci.graders.sandbox import Sandbox
 from aci.graders.toolcall import ToolCall
 
-__all__ = ["Grader", "Score", "grader_for", "grade", "parse_spec", "check_spec", "NAMES"]
+__all__ = ["Grader", "Score", "grader_for", "grade", "parse_spec", "check_spec", "code_sandbox", "NAMES"]
 
 _SIMPLE: dict[str, type[Grader]] = {g.name: g for g in (FinalAnswer, LastNumber, Choice, UnitTests, ToolCall, Regex)}
 NAMES = (*_SIMPLE, "python:module:function", "command", "judge")
@@ -64,20 +65,39 @@ def check_spec(spec: str | dict) -> dict[str, Any]:
     return spec
 
 
+def code_sandbox(specs: Iterable[str | dict | None], *, unsafe_grader: bool) -> Sandbox | None:
+    """The sandbox model code will run in when any of these grader specs runs it (`unit-tests`), else None.
+    Where that sandbox would leave the code root's powers and `unsafe_grader` is False: the `sandbox` rule's
+    refusal, before anything runs. A spec that does not parse is left to the grading to report."""
+    for spec in specs:
+        try:
+            runs_code = spec is not None and parse_spec(spec)["type"] == UnitTests.name
+        except ACIError:
+            continue
+        if runs_code:
+            return admit(unsafe_grader)
+    return None
+
+
 def grader_for(spec: str | dict, *, workdir: Path | None = None,
-               check_host: Callable[[str], None] | None = None) -> Grader:
+               check_host: Callable[[str], None] | None = None, unsafe_grader: bool = False) -> Grader:
     """Build (or reuse) the grader for `spec`.
 
     `workdir` is where `python:` modules and `command`s are found and run; `check_host(host)` is
     called with a judge endpoint's host before use (pass `lambda h: ctx.rules.check_host(h, judge=True)`).
+    `unsafe_grader` lets `unit-tests` run model code as root where no sandbox can drop root (the caller's
+    `--unsafe-grader`, never a spec option: a task's own spec must not grant it); otherwise building it
+    there is the `sandbox` rule's refusal.
     """
     spec = check_spec(spec)
-    key = (json.dumps(spec, sort_keys=True, default=str), str(workdir), check_host)
+    key = (json.dumps(spec, sort_keys=True, default=str), str(workdir), check_host, unsafe_grader)
     found = _CACHE.get(key)
     if found is not None:
         return found
     kind = spec["type"]
-    if kind in _SIMPLE:
+    if kind == UnitTests.name:
+        grader = UnitTests(spec, unsafe_grader=unsafe_grader)
+    elif kind in _SIMPLE:
         grader = _SIMPLE[kind](spec)
     elif kind == "python":
         grader = PythonFunction(spec, workdir)
@@ -92,9 +112,11 @@ def grader_for(spec: str | dict, *, workdir: Path | None = None,
 
 
 def grade(task: dict, response: str, tool_calls: list[dict] | None = None, default: str | dict | None = None,
-          *, workdir: Path | None = None, check_host: Callable[[str], None] | None = None) -> Score:
+          *, workdir: Path | None = None, check_host: Callable[[str], None] | None = None,
+          unsafe_grader: bool = False) -> Score:
     """Score `response` to `task` with the task's own grader, else `default`."""
     spec = task.get("grader") or default
     if spec is None:
         raise ACIError(f"task {task.get('id')!r} names no grader and no default was given")
-    return grader_for(spec, workdir=workdir, check_host=check_host).score(task, response, tool_calls)
+    return grader_for(spec, workdir=workdir, check_host=check_host, unsafe_grader=unsafe_grader).score(
+        task, response, tool_calls)

@@ -116,7 +116,7 @@ _ANSWER_ANYWHERE = re.compile(r"answer\s*:\s*([a-z\d ,]+)(?:\W|$)", re.IGNORECAS
 class Choice(Grader):
     """A multiple-choice letter, read as the evaluation reads it: the first `ANSWER: X` line.
 
-    Exactly the rule of inspect_ai's `multiple_choice` scorer (PostTrainBench's GPQA), so a reply scores
+    Exactly the rule of inspect_ai's `multiple_choice` scorer (`choice`), so a reply scores
     here what it scores there: `ANSWER: C` counts, `ANSWER: c`, `ANSWER: (C)`, `ANSWER: C is right`,
     `The answer is (C)` and a lone `C` do not, and a second `ANSWER:` line never overrides the first.
     Options: `letters` (allowed letters, default A-D, widened to reach the gold letter).

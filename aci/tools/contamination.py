@@ -19,11 +19,11 @@ from aci.registry import ToolInput, ToolOutput, tool
 class ContaminationInput(ToolInput):
     path: str = Field(description="training set to check (any shape train reads: messages, prompt/completion, "
                                   "question/answer, text, task records; JSONL or a JSON array)")
-    reference: str | None = Field(None, description="the benchmark's test items (PostTrainBench test_data.json "
+    reference: str | None = Field(None, description="the benchmark's test items (test_data.json "
                                                     "rows, {question, answer} rows or task records; default: the "
                                                     "run card's pinned reference)")
     mode: Literal["simple", "ngram13"] = Field(
-        "simple", description="simple: the PostTrainBench judge's algorithm (decon SIMPLE) plus stricter checks; "
+        "simple", description="simple: n-gram overlap by decon's SIMPLE method (label judge) plus stricter checks; "
                               "ngram13: any shared 13-word sequence (never opens the train gate under posttrainbench)")
     threshold: float | None = Field(None, gt=0, le=1, description="simple: score that flags a row (default: the "
                                                                   "rules profile's; only lower is allowed under strict rules)")
@@ -50,7 +50,7 @@ class ContaminationOutput(ToolOutput):
     threshold: float | None
     tolerated_rows: int
     flagged: int = Field(description="contaminated training rows")
-    judge_flagged: int = Field(description="of them, rows the PostTrainBench judge's own algorithm flags")
+    judge_flagged: int = Field(description="of them, rows the SIMPLE n-gram score flags (label judge)")
     stricter_flagged: int = Field(description="of them, rows only the stricter checks flag")
     opens_train_gate: bool = Field(description="whether this result lets `train` use the file under these rules")
     contaminated: list[dict] = Field(default_factory=list, description="line, id, label (judge|stricter), score, "
@@ -64,7 +64,7 @@ class ContaminationOutput(ToolOutput):
 
     def summary(self) -> str:
         lines = [f"{self.verdict.upper()}: {self.flagged} of {self.rows} rows contaminated ({self.judge_flagged} "
-                 f"flagged by the judge's algorithm, {self.stricter_flagged} only by stricter checks; tolerated "
+                 f"flagged by the SIMPLE n-gram score, {self.stricter_flagged} only by stricter checks; tolerated "
                  f"{self.tolerated_rows}; mode {self.mode}"
                  + (f", threshold {self.threshold}" if self.threshold is not None else "") + ")",
                  f"reference {self.reference}: {self.indexed} of {self.references} items indexed"]
@@ -83,13 +83,12 @@ class ContaminationOutput(ToolOutput):
 
 @tool("contamination", title="Contamination check against benchmark items", idempotent=True)
 def contamination(inp: ContaminationInput, ctx: Context) -> ContaminationOutput:
-    """Check a training set against the benchmark's test items. Mode simple applies the PostTrainBench
-    judge's own rules (its contamination_check.py: decon SIMPLE, cl100k tokens, question/answer/passage
-    n-grams of 5/3/4, sampled seeds with cluster expansion, IDF-weighted overlap, adaptive weights,
-    thresholds relaxed for short items) to each row read in order and as the judge's tool reads the
-    file, so every row the judge flags is flagged here with label `judge`; stricter checks (the judge's
-    score at any seed alignment, a copied question alone, a copied worked answer alone) add rows
-    labelled `stricter`. Each match names the test item (id or #index, line, excerpt). The verdict
+    """Check a training set against the benchmark's test items. Mode simple applies decon's SIMPLE method
+    (cl100k tokens, question/answer/passage n-grams of 5/3/4, sampled seeds with cluster expansion,
+    IDF-weighted overlap, adaptive weights, thresholds relaxed for short items) to each row read in
+    order and as a single-field checker such as contamination_check.py reads the file, and labels the
+    rows it flags `judge`; stricter checks (the same score at any seed alignment, a copied question
+    alone, a copied worked answer alone) add rows labelled `stricter`. Each match names the test item (id or #index, line, excerpt). The verdict
     (`fail` above the profile's tolerated rows: 0 under posttrainbench) is recorded in the training
     file's data manifest for the sha256 of the bytes scanned; `train` refuses a file that failed,
     changed, was never checked, or passed only in mode ngram13, with 0 items indexed, or against
@@ -100,7 +99,7 @@ def contamination(inp: ContaminationInput, ctx: Context) -> ContaminationOutput:
 
     path = ctx.path(inp.path, must_exist=True, what="training set")
     pin = ctx.card.reference if ctx.card else None
-    if inp.reference is None and not pin:
+    if not inp.reference and not pin:
         raise ACIError("no --reference given and none pinned in the run card: pass the benchmark's test items")
     ref = ctx.path(inp.reference or pin["path"], must_exist=True, what="reference set")
     if path == ref:
@@ -140,7 +139,7 @@ def contamination(inp: ContaminationInput, ctx: Context) -> ContaminationOutput:
 
     clean_path, kept = None, None
     if inp.clean_output:
-        clean_path = ctx.path(inp.clean_output, what="clean output")
+        clean_path = ctx.path(inp.clean_output, what="clean output", kind="file")
         if clean_path in (path, ref):
             raise ACIError("--clean-output must be a new file, not the training set or the reference")
         kept = _write_clean(path, data, clean_path, {r["row"] for r in report.flagged})

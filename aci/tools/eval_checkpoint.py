@@ -9,7 +9,7 @@ from pydantic import Field
 from aci import jobs, records
 from aci.context import Context
 from aci.errors import ACIError
-from aci.evaluation import checkpoints, promotion, runner
+from aci.evaluation import checkpoints, final_scoring, promotion, runner
 from aci.evaluation import job as evaljob
 from aci.evaluation.promotion import Promotion
 from aci.evaluation.stats import Comparison
@@ -94,6 +94,8 @@ def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
     # a job too, waited for: no model or eval command stays in the server
     entry = evaljob.evaluate(ctx, ck, spec, exclusive=not inp.concurrent)
     out = EvalCheckpointOutput(action="evaluate", result=entry, warnings=list(entry.get("warnings", [])))
+    few = final_scoring.trials_warning(ctx.rules.profile.final_eval, ctx.card.benchmark, ck.sampling, spec.seed_list())
+    out.warnings += [few] if few else []
     ref = _reference(ctx)
     if ck.id != ref:
         found = promotion.comparison(ctx, ck.id, ref, prefer=entry)
@@ -119,15 +121,15 @@ def eval_checkpoint(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOut
     like <job>/checkpoint-<step>, or a model folder path with --parent; `<id>@greedy` or
     `<id>@temperature=T,top_p=P[,max_new_tokens=N]` is that checkpoint with those sampling settings in its
     generation_config.json, which the eval command's vLLM reads): `command` = the run card's eval
-    command (PostTrainBench `python evaluate.py --model-path {model_path} --limit {limit}
+    command (e.g. `python evaluate.py --model-path {model_path} --limit {limit}
     --json-output-file {output}`; score from --metric-key, else accuracy/score/...), `lm-eval` = --task
     (built-in or in --task-dir), `dev` = --dev-set task records scored by their graders. Every result
     (or failure) is recorded in checkpoints.jsonl with evaluator, limit, samples, seeds, scores, mean,
     min-max range and duration, and compared with the current best (else base). A result under the
     rules' minimum sample count is flagged (rule min-eval-samples). --limit -1 scores every item
-    (without --limit the eval command's own default applies: PostTrainBench's is 150 GSM8K items; a
-    command without {limit} refuses --limit); the sample count recorded is the one the command
-    reports, its inspect log holds or its per-sample log counts, else unknown. Checkpoints
+    (without --limit the eval command's own default applies, often a dev subset; a command without
+    {limit} refuses --limit); the sample count recorded is the one the command reports, its inspect
+    log holds or its per-sample log counts, else unknown. Checkpoints
     other than base are evaluated as they would be shipped (LoRA merged, run card template, end-of-turn
     token, sampling settings). Refused while a train, eval or serve job holds the GPU, unless
     --concurrent. --background runs it as a job; --promote promotes afterwards when it wins.

@@ -106,7 +106,7 @@ def contamination_gate(ctx: Context, result: dict | None) -> str | None:
         return (f"failed its contamination check ({result.get('flagged', '?')} flagged rows, "
                 f"{result.get('tolerated_rows', '?')} tolerated)")
     if result.get("mode") != "simple":
-        return f"passed in mode {result.get('mode')}, not the judges' algorithm (mode simple)"
+        return f"passed in mode {result.get('mode')}, not the SIMPLE n-gram check (mode simple)"
     if not result.get("indexed_references"):
         return "passed against a reference with no item long enough to judge (0 indexed)"
     pin = ctx.card.reference if ctx.card else None
