@@ -111,8 +111,8 @@ def run_briefly(argv: list[str], cwd, timeout_s: float, max_chars: int = 65536) 
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    except OSError as e:
-        return None, f"could not start: {e.strerror or e}"
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument
+        return None, f"could not start: {getattr(e, 'strerror', None) or e}"
     out, end, done = bytearray(), time.monotonic() + timeout_s, False
     fd = proc.stdout.fileno()
     try:

@@ -87,6 +87,8 @@ def test_a_script_without_help_is_read_safely_and_the_rest_is_asked_for(workdir,
     assert time.monotonic() - started < options.HELP_TIMEOUT_S + 3
     assert t.command == "python bare.py {model_path} --n 5"  # --n is not placed by its name alone
     assert any("could not read the eval command's options" in w and "--limit-option" in w for w in t.warnings)
+    with pytest.raises(ACIError, match="NUL byte"):  # before anything is run with it
+        translation.learn("python bare.py\x00 final_model", workdir, {}, None)
 
 
 def test_help_texts_of_argparse_and_click_are_parsed():

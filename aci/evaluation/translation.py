@@ -41,6 +41,8 @@ class Translation:
 
 def split(command: str) -> list[str]:
     """The command's arguments as a POSIX shell would split them; an unsplittable or empty one is refused."""
+    if "\x00" in command:
+        raise ACIError("eval command holds a NUL byte, which no program can receive as an argument")
     try:
         parts = shlex.split(command)
     except ValueError as e:
