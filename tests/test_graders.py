@@ -377,6 +377,9 @@ def test_python_function_results_and_failures(tmp_path):
         grader_for("python:no_such_module_here:fn")
     with pytest.raises(ACIError, match="no function 'nope'"):
         grader_for("python:aci_grader_fixtures:nope")
+    for spec in ("python", {"type": "python"}, {"type": "python", "function": 3}):  # were a KeyError, a crash
+        with pytest.raises(ACIError, match="python grader needs a function"):
+            grader_for(spec)
 
 
 def test_command_results_and_failures(tmp_path):

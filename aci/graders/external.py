@@ -94,7 +94,10 @@ class PythonFunction(_Generic):
 
     def __init__(self, spec, workdir: Path | None = None):
         super().__init__(spec)
-        self.target = spec["function"]
+        self.target = spec.get("function")
+        if not isinstance(self.target, str):
+            raise ACIError('python grader needs a function: python:module:function, or {"type": "python", '
+                           '"function": "module:function"}')
         self.fn = load_function(self.target, workdir)
         try:
             params = inspect.signature(self.fn).parameters.values()
