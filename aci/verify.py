@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from aci import manifest
 from aci.context import Context
 from aci.errors import ACIError
+from aci.graders import SPEC_HELP, code_sandbox, grader_for, parse_spec
+from aci.graders.sandbox import record
 
 NOT_FOUND = [
     r"\bnot found\b",
@@ -50,9 +52,7 @@ class VerifyRequest(BaseModel):
                                                        "A: discard filters on gold.answer/gold.claims (judge-graded)")
     kept: str | None = Field(None, description="output for kept rows (default <stem>.kept.jsonl beside the input)")
     rejected: str | None = Field(None, description="output for rejected rows (default <stem>.rejected.jsonl)")
-    grader: str | None = Field(None, description="Method B: grader for tasks without one, a name (final-answer, "
-                                                 "last-number, choice, unit-tests, tool-call, python:mod:fn) or a "
-                                                 'JSON object like {"type": "regex", "pattern": "..."}')
+    grader: str | None = Field(None, description=f"Method B: grader for tasks without one: {SPEC_HELP}")
     min_answer_chars: int = Field(20, ge=0, description="Method A: shorter answers are discarded as empty")
     min_facts: int = Field(3, ge=0, description="Method A: answers with fewer gold.claims are discarded")
     not_found_patterns: list[str] | None = Field(None, description="Method A: regexes (case-insensitive, searched) "
@@ -162,8 +162,6 @@ def card_grader(ctx: Context) -> tuple[str | None, str]:
 
 def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None],
              default_spec: str | None = None) -> Callable[[dict], Verdict]:
-    from aci.graders import grader_for, parse_spec
-
     spec_text = inp.grader or default_spec
     default = parse_spec(spec_text) if spec_text else None
 
@@ -201,8 +199,6 @@ def method_a(inp: VerifyRequest, check_host: Callable[[str], None]) -> Callable[
     if inp.judge_endpoint or inp.judge_model:
         if not (inp.judge_endpoint and inp.judge_model):
             raise ACIError("an independent judge needs both --judge-endpoint and --judge-model")
-        from aci.graders import grader_for
-
         judge = grader_for({"type": "judge", "endpoint": inp.judge_endpoint, "model": inp.judge_model,
                             "rubric": inp.judge_rubric}, check_host=check_host)
 
@@ -311,9 +307,6 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
         raise
     kept_out.commit()
     rejected_out.commit()
-
-    from aci.graders import code_sandbox
-    from aci.graders.sandbox import record
 
     box = code_sandbox((json.loads(x) for x in specs), unsafe_grader=inp.unsafe_grader)
     candidates = sum(c for c, _ in per_subtype.values())
