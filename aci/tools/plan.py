@@ -12,6 +12,7 @@ from aci.evaluation.command import translate
 from aci.graders import SPEC_HELP
 from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
+from aci.rules import ProfileName
 
 
 class PlanInput(ToolInput):
@@ -29,7 +30,7 @@ class PlanInput(ToolInput):
     benchmark_size: int | None = Field(None, ge=1, description="items in the full benchmark (sets the minimum eval samples)")
     budget_hours: float | None = Field(None, gt=0, description="time budget (default from the rules profile)")
     deadline: str | None = Field(None, description="fixed ISO deadline; timer.sh wins when present")
-    profile: Literal["posttrainbench", "default"] | None = Field(None, description="rules profile (init)")
+    profile: ProfileName | None = Field(None, description="rules profile (init)")
     targets: list[records.Target] | None = Field(None, description='targets, e.g. [{"metric": "accuracy", "value": 0.6}]')
     notes: str | None = Field(None, description="free text kept on the card")
     reference: str | None = Field(None, description="the benchmark's test items that contamination checks count "
