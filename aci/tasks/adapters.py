@@ -4,6 +4,7 @@ records and SFT samples."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -146,82 +147,22 @@ def to_task(row: dict, loc: str, default_id: str) -> dict:
         raise ACIError(f"{loc}: a `text` row is plain text, with no prompt turns or gold answer to grade; "
                        f"this needs task records ({_TASK_SHAPES})")
     if "gold" in row:
-        task = {"id": default_id, "subtype": None, "grader": None, "meta": {}, **row}
-        if "type" not in task:
-            task["type"] = _infer_type(task)
-        if isinstance(task.get("messages"), list):
-            task["messages"] = [_normal_message(m) for m in task["messages"]]
-        if "tools" in task:
-            task["tools"] = _tools(task["tools"])
-        return validate(task, "task", loc)
-    meta = {}
-    gold: dict[str, Any] = {}
-    grader = row.get("grader")
-    q_key, a_key = first_key(row, QUESTION_KEYS), first_key(row, ANSWER_KEYS)
+        return _given_task(row, loc, default_id)
     if "messages" in row:
-        msgs = row["messages"]
-        if not isinstance(msgs, list):
-            raise ACIError(f"{loc}: field messages: expected an array of turns, got {json_kind(msgs)}")
-        msgs = [_normal_message(m) for m in msgs]
-        last = len(msgs) - 1
-        if last >= 1 and isinstance(msgs[last], dict) and msgs[last].get("role") == "assistant":
-            answer_turn, msgs = msgs[last], msgs[:last]
-            if answer_turn.get("content"):
-                gold["answer"] = as_text(answer_turn["content"], loc, f"messages.{last}.content")
-            if answer_turn.get("tool_calls"):
-                gold["tool_calls"] = plain_tool_calls(answer_turn["tool_calls"], f"{loc}: messages.{last}")
-        used = {"messages"}
+        found = _from_messages(row, loc)
     elif "prompt" in row and "completion" in row:
-        msgs = _messages(row["prompt"], loc, "prompt")
-        comp = row["completion"]
-        if isinstance(comp, list):  # conversational completion: the assistant turn(s)
-            turn = comp[-1] if comp and isinstance(comp[-1], dict) else {}
-            if turn.get("content"):
-                gold["answer"] = as_text(turn["content"], loc, "completion.content")
-            if turn.get("tool_calls"):
-                gold["tool_calls"] = plain_tool_calls(turn["tool_calls"], f"{loc}: completion")
-        else:
-            gold["answer"] = as_text(comp, loc, "completion")
-        used = {"prompt", "completion"}
-    else:  # question-answer
-        question = as_text(row[q_key], loc, q_key)
-        answer = row[a_key]
-        choices = row.get("choices", row.get("options"))
-        if isinstance(choices, list) and choices:
-            question = _choices_prompt(question, choices, loc)
-            gold["answer"] = _choice_answer(answer, len(choices), loc)
-            grader = grader or "choice"
-            used = {q_key, a_key, "choices", "options"}
-        else:
-            answer = as_text(answer, loc, a_key)
-            final = _GSM8K_FINAL.search(answer)
-            if final:  # GSM8K: reasoning, then `#### 42`; the number is the gold, the rest a solution
-                gold["answer"] = final.group(1).replace(",", "").strip()
-                meta["solution"] = answer
-            else:
-                gold["answer"] = answer.strip()
-            used = {q_key, a_key}
-        passage = first_key(row, PASSAGE_KEYS)
-        msgs = [{"role": "user", "content": question}]
-        if passage and isinstance(row[passage], str):
-            msgs = [{"role": "user", "content": f"{row[passage]}\n\n{question}"}]
-            meta["passage"] = row[passage]
-            used.add(passage)
-    if "solution" in row and isinstance(row["solution"], str):
-        meta.setdefault("solution", row["solution"])
-        used.add("solution")
-    for key in ("id", "type", "subtype", "tools", "grader", "meta"):
-        used.add(key)
-    extra_meta = row.get("meta")
-    if extra_meta is not None and not isinstance(extra_meta, dict):
-        raise ACIError(f"{loc}: field meta: expected an object, got {json_kind(extra_meta)}")
-    meta = {**{k: v for k, v in row.items() if k not in used}, **meta, **(extra_meta or {})}
+        found = _from_prompt_completion(row, loc)
+    else:
+        found = _from_question_answer(row, loc)
+    meta, grader = _meta(row, loc, found), row.get("grader")
+    if not grader and found.grader:  # the shape implies one: lettered choices are graded by `choice`
+        grader = found.grader
     task: dict[str, Any] = {
         "id": str(row["id"]) if isinstance(row.get("id"), (str, int)) and row.get("id") != "" else default_id,
         "type": row.get("type"),
         "subtype": row.get("subtype"),
-        "messages": msgs,
-        "gold": gold,
+        "messages": found.messages,
+        "gold": found.gold,
         "grader": grader,
         "meta": meta,
     }
@@ -232,6 +173,104 @@ def to_task(row: dict, loc: str, default_id: str) -> dict:
         if task["grader"] is None and task["type"] == "tool-use":
             task["grader"] = "tool-call"
     return validate(task, "task", loc)
+
+
+def _given_task(row: dict, loc: str, default_id: str) -> dict:
+    """A row that is already a task record: defaults filled in, turns and tools normalised."""
+    task = {"id": default_id, "subtype": None, "grader": None, "meta": {}, **row}
+    if "type" not in task:
+        task["type"] = _infer_type(task)
+    if isinstance(task.get("messages"), list):
+        task["messages"] = [_normal_message(m) for m in task["messages"]]
+    if "tools" in task:
+        task["tools"] = _tools(task["tools"])
+    return validate(task, "task", loc)
+
+
+@dataclasses.dataclass
+class _Found:
+    """What a row shape yields for a task: prompt turns, gold, what it keeps in `meta`, the row keys it
+    used (the rest go to `meta`), and the grader the shape implies when the row names none."""
+
+    messages: list
+    gold: dict[str, Any]
+    used: set[str]
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    grader: str | None = None
+
+
+def _turn_gold(turn: dict, loc: str, where: str) -> dict[str, Any]:
+    """The gold an assistant turn holds: its text as the answer, its tool calls."""
+    gold: dict[str, Any] = {}
+    if turn.get("content"):
+        gold["answer"] = as_text(turn["content"], loc, f"{where}.content")
+    if turn.get("tool_calls"):
+        gold["tool_calls"] = plain_tool_calls(turn["tool_calls"], f"{loc}: {where}")
+    return gold
+
+
+def _from_messages(row: dict, loc: str) -> _Found:
+    """Chat turns: a last assistant turn (after at least one other) is the gold, the turns before the prompt."""
+    msgs = row["messages"]
+    if not isinstance(msgs, list):
+        raise ACIError(f"{loc}: field messages: expected an array of turns, got {json_kind(msgs)}")
+    msgs = [_normal_message(m) for m in msgs]
+    last, gold = len(msgs) - 1, {}
+    if last >= 1 and isinstance(msgs[last], dict) and msgs[last].get("role") == "assistant":
+        gold = _turn_gold(msgs[last], loc, f"messages.{last}")
+        msgs = msgs[:last]
+    return _Found(msgs, gold, {"messages"})
+
+
+def _from_prompt_completion(row: dict, loc: str) -> _Found:
+    """A prompt (text or turns) and its completion (text, or turns whose last is the gold)."""
+    msgs, comp = _messages(row["prompt"], loc, "prompt"), row["completion"]
+    if isinstance(comp, list):  # conversational completion: the assistant turn(s)
+        gold = _turn_gold(comp[-1] if comp and isinstance(comp[-1], dict) else {}, loc, "completion")
+    else:
+        gold = {"answer": as_text(comp, loc, "completion")}
+    return _Found(msgs, gold, {"prompt", "completion"})
+
+
+def _from_question_answer(row: dict, loc: str) -> _Found:
+    """A question (with its passage and lettered choices, if any) and its answer: a choice letter, the
+    number after GSM8K's `####` (the reasoning before it kept as the solution), or the answer text."""
+    q_key, a_key = first_key(row, QUESTION_KEYS), first_key(row, ANSWER_KEYS)
+    question, answer = as_text(row[q_key], loc, q_key), row[a_key]
+    choices = row.get("choices", row.get("options"))
+    found = _Found([], {}, {q_key, a_key})
+    if isinstance(choices, list) and choices:
+        question = _choices_prompt(question, choices, loc)
+        found.gold["answer"] = _choice_answer(answer, len(choices), loc)
+        found.grader = "choice"
+        found.used |= {"choices", "options"}
+    else:
+        answer = as_text(answer, loc, a_key)
+        final = _GSM8K_FINAL.search(answer)
+        if final:  # GSM8K: reasoning, then `#### 42`; the number is the gold, the rest a solution
+            found.gold["answer"] = final.group(1).replace(",", "").strip()
+            found.meta["solution"] = answer
+        else:
+            found.gold["answer"] = answer.strip()
+    passage = first_key(row, PASSAGE_KEYS)
+    found.messages = [{"role": "user", "content": question}]
+    if passage and isinstance(row[passage], str):
+        found.messages = [{"role": "user", "content": f"{row[passage]}\n\n{question}"}]
+        found.meta["passage"] = row[passage]
+        found.used.add(passage)
+    return found
+
+
+def _meta(row: dict, loc: str, found: _Found) -> dict[str, Any]:
+    """An adapted row's `meta`: the keys no part of the task used, what the shape kept, the row's own `meta`."""
+    meta, used = dict(found.meta), found.used | {"id", "type", "subtype", "tools", "grader", "meta"}
+    if "solution" in row and isinstance(row["solution"], str):
+        meta.setdefault("solution", row["solution"])
+        used.add("solution")
+    own = row.get("meta")
+    if own is not None and not isinstance(own, dict):
+        raise ACIError(f"{loc}: field meta: expected an object, got {json_kind(own)}")
+    return {**{k: v for k, v in row.items() if k not in used}, **meta, **(own or {})}
 
 
 def _infer_type(task: dict, gsm8k: bool = False) -> str:
