@@ -9,8 +9,10 @@ from pydantic import Field
 from aci import records, runcard
 from aci.context import Context
 from aci.evaluation.command import translate
+from aci.graders import SPEC_HELP
 from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
+from aci.rules import ProfileName
 
 
 class PlanInput(ToolInput):
@@ -23,13 +25,12 @@ class PlanInput(ToolInput):
     )
     metric_key: str | None = Field(None, description="key of the score in the eval command's JSON output")
     template: str | None = Field(None, description="chat template .jinja the evaluation renders (default: templates/<family>.jinja)")
-    grader: str | None = Field(None, description="grader for tasks that name none, as the evaluation scores: a name "
-                                                 "(final-answer, last-number, choice, tool-call, unit-tests), "
-                                                 "python:mod:fn or a JSON spec; verify-task's default")
+    grader: str | None = Field(None, description="grader for tasks that name none, as the evaluation scores "
+                                                 f"(verify-task's default): {SPEC_HELP}")
     benchmark_size: int | None = Field(None, ge=1, description="items in the full benchmark (sets the minimum eval samples)")
     budget_hours: float | None = Field(None, gt=0, description="time budget (default from the rules profile)")
     deadline: str | None = Field(None, description="fixed ISO deadline; timer.sh wins when present")
-    profile: Literal["posttrainbench", "default"] | None = Field(None, description="rules profile (init)")
+    profile: ProfileName | None = Field(None, description="rules profile (init)")
     targets: list[records.Target] | None = Field(None, description='targets, e.g. [{"metric": "accuracy", "value": 0.6}]')
     notes: str | None = Field(None, description="free text kept on the card")
     reference: str | None = Field(None, description="the benchmark's test items that contamination checks count "
