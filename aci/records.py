@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
 
+from aci.rules import ProfileName
 from aci.state import iso
 
 RUN_CARD = "run.json"
@@ -57,7 +58,7 @@ class EvalOptions(Record):
 class RunCard(Record):
     """`run.json`: what is being post-trained, against what, until when."""
 
-    profile: Literal["posttrainbench", "default"] = "default"
+    profile: ProfileName = "default"
     base_model: str = Field(description="path or hub id of the one model that may be trained")
     benchmark: str
     eval_command: str | None = Field(None, description="with {model_path}, {limit}, {output} placeholders")

@@ -13,14 +13,17 @@ import math
 import re
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aci import bundle
 from aci.errors import ACIError
 
-PROFILES = ("posttrainbench", "default")
+# The rules profiles, named once: the run card, `plan --profile` and this module take these names, and a
+# test holds `rules/rules.yaml` to defining exactly them.
+ProfileName = Literal["posttrainbench", "default"]
+PROFILES: tuple[str, ...] = get_args(ProfileName)
 RULES_ENV = "ACI_RULES"
 
 

@@ -26,6 +26,13 @@ def test_committed_schemas_match_the_models(tmp_path):
         assert json.loads(p.read_text()) == json.loads((ROOT / "state" / "schemas" / p.name).read_text()), p.name
 
 
+def test_rules_yaml_defines_exactly_the_profile_names():
+    """`rules.ProfileName` is what the run card and `plan --profile` accept: a profile the file adds could
+    never be chosen, and one it lacks would fail at plan init."""
+    assert sorted(rules.load_file(rules.rules_path()).profiles) == sorted(rules.PROFILES)
+    assert records.RunCard.model_fields["profile"].annotation is rules.ProfileName
+
+
 def test_profiles_load_and_the_phase_plan_fills_the_budget():
     for name in rules.PROFILES:
         prof = rules.load(name).profile

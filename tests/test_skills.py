@@ -225,6 +225,49 @@ def test_standalone_option_must_exist(copy):
     assert "option --tokeniser is not an option of any aci command" in messages(check(copy))
 
 
+# Each way the Markdown marks a grader name: (file, text naming it, the same text misspelt, the misspelling).
+GRADER_MENTIONS = [
+    ("skills/data/SKILL.md", "--method B --grader last-number", "--method B --grader last-numbers", "last-numbers"),
+    ("skills/data/references/formats.md", '"grader": "last-number"', '"grader": "lastnumber"', "lastnumber"),
+    ("skills/recon/references/gpqa.md", "The `choice` grader", "The `choices` grader", "choices"),
+    ("skills/recon/references/gpqa.md", "grader `choice`", "grader `mcq`", "mcq"),
+    ("skills/recon/references/humaneval.md", "graded by `unit-tests`", "graded by `pytest`", "pytest"),
+    ("workflows/self-improvement.md", "| `unit-tests` |", "| `unittest` |", "unittest"),
+    ("skills/data/SKILL.md", "`tool-call`, `python:module:function`", "`tool-calls`, `python:module:function`",
+     "tool-calls"),
+    ("skills/tool-use-synthesis/SKILL.md", 'grader: "tool-call"', 'grader: "tool-use"', "tool-use"),
+]
+
+
+@pytest.mark.parametrize(("rel", "old", "new", "bad"), GRADER_MENTIONS, ids=[m[3] for m in GRADER_MENTIONS])
+def test_unknown_grader_in_markdown_fails(copy, rel, old, new, bad):
+    edit(copy / rel, old, new)
+    n = _line_of(copy / rel, new)
+    found = [str(p) for p in bundle_check.check_graders(bundle_check.documents(copy))]
+    assert f"{rel}:{n}: names grader {bad!r}, which is not a grader" in "\n".join(found), found
+
+
+def test_grader_check_is_part_of_the_bundle_check(copy):
+    edit(copy / "skills" / "evaluate" / "SKILL.md", "`--grader last-number`", "`--grader last-digit`")
+    assert "names grader 'last-digit', which is not a grader" in messages(check(copy))
+
+
+def test_a_list_of_graders_must_name_every_grader(copy):
+    edit(copy / "skills" / "data" / "SKILL.md", "`regex`, `command` or `judge`", "`regex` or `judge`")
+    found = messages(bundle_check.check_graders(bundle_check.documents(copy)))
+    assert "skills/data/SKILL.md:60: a list of graders leaves out command" in found
+
+
+def test_grader_renamed_in_registry_fails(monkeypatch):
+    from aci import graders
+
+    monkeypatch.setitem(graders.GRADERS, "letter", graders.GRADERS["choice"])
+    monkeypatch.delitem(graders.GRADERS, "choice")
+    found = messages(bundle_check.check_graders(bundle_check.documents(ROOT)))
+    assert "skills/recon/references/gpqa.md" in found and "names grader 'choice'" in found
+    assert "leaves out letter" in found
+
+
 def test_broken_link_fails(copy):
     (copy / "skills" / "recon" / "references" / "gpqa.md").unlink()
     out = messages(check(copy))

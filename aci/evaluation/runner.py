@@ -27,6 +27,7 @@ from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import checkpoints, folder, stats
 from aci.evaluation.checkpoints import Checkpoint
+from aci.graders import SPEC_HELP
 from aci.state import iso
 
 EVALS = "evals"
@@ -45,7 +46,7 @@ class EvalSpec(BaseModel):
     task: str | None = Field(None, description="lm-eval: task name (built-in, or defined in --task-dir)")
     task_dir: str | None = Field(None, description="lm-eval: folder of local task YAMLs")
     dev_set: str | None = Field(None, description="dev: JSONL of held-out task records (each names its grader)")
-    grader: str | None = Field(None, description="dev: grader for tasks that name none, e.g. last-number")
+    grader: str | None = Field(None, description=f"dev: grader for tasks that name none: {SPEC_HELP}")
     unsafe_grader: bool = Field(False, description="dev: let unit-tests run the model's code as root where no sandbox "
                                                    "can drop root (rule sandbox; journaled as a weakening)")
     limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command's limit "

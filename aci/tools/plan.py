@@ -10,8 +10,10 @@ from aci import records, runcard
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import translation
+from aci.graders import SPEC_HELP
 from aci.progress import Gate, PhaseStatus, gates, next_actions, phases
 from aci.registry import ToolInput, ToolOutput, tool
+from aci.rules import ProfileName
 
 OPTION_FIELDS = ("model_option", "limit_option", "output_option", "seed_option")
 
@@ -35,9 +37,8 @@ class PlanInput(ToolInput):
     metric_key: str | None = Field(None, description="key of the score in the eval command's JSON output (dotted "
                                                      "for nested JSON: results.task.exact_match)")
     template: str | None = Field(None, description="chat template .jinja the evaluation renders (default: templates/<family>.jinja)")
-    grader: str | None = Field(None, description="grader for tasks that name none, as the evaluation scores: a name "
-                                                 "(final-answer, last-number, choice, tool-call, unit-tests), "
-                                                 "python:mod:fn or a JSON spec; verify-task's default")
+    grader: str | None = Field(None, description="grader for tasks that name none, as the evaluation scores "
+                                                 f"(verify-task's default): {SPEC_HELP}")
     benchmark_size: int | None = Field(None, ge=1, description="items in the full benchmark (sets the minimum eval samples)")
     budget_hours: float | None = Field(None, gt=0, allow_inf_nan=False,
                                        description="time budget from the run's start (default: to --deadline, "
@@ -46,7 +47,7 @@ class PlanInput(ToolInput):
                                          description="the same in minutes (give one of the two)")
     deadline: str | None = Field(None, description="when the run ends: an ISO time or a clock time (18:00, the next "
                                                    "one); sets the budget; timer.sh wins when present")
-    profile: Literal["posttrainbench", "default"] | None = Field(None, description="rules profile (init)")
+    profile: ProfileName | None = Field(None, description="rules profile (init)")
     targets: list[records.Target] | None = Field(None, description='targets, e.g. [{"metric": "accuracy", "value": 0.6}]')
     notes: str | None = Field(None, description="free text kept on the card")
     reference: str | None = Field(None, description="the benchmark's test items that contamination checks count "
