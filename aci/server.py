@@ -120,32 +120,6 @@ def _takes_text(annotation: Any) -> bool:
     return annotation is str or union and str in typing.get_args(annotation)
 
 
-def _arguments(meta, inp: type[registry.ToolInput]):
-    """The SDK's argument handling with two changes: unknown keys are named (`_strict`), and a text field
-    keeps the text it was given. The SDK parses every string that looks like JSON for a field not typed
-    exactly `str`, so a JSON grader spec given to `grader: str | None` arrived as a dict and was refused
-    ("Input should be a valid string"); lists and objects given as JSON text still parse as before."""
-    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
-
-    class Arguments(FuncMetadata):
-        def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
-            parsed = super().pre_parse_json(data)
-            fields = self.arg_model.model_fields
-            return {k: data[k] if k in fields and _takes_text(fields[k].annotation) else v for k, v in parsed.items()}
-
-    return Arguments(arg_model=_strict(meta.arg_model, inp), output_schema=meta.output_schema,
-                     output_model=meta.output_model, wrap_output=meta.wrap_output)
-
-
-def _takes_text(annotation: Any) -> bool:
-    """Whether a field accepts a plain string (`str`, `str | None`, a union with `str`)."""
-    import types
-    import typing
-
-    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    return annotation is str or union and str in typing.get_args(annotation)
-
-
 def _strict(arg_model: type, inp: type[registry.ToolInput]) -> type:
     """The SDK's argument model drops keys it does not know, so a typo or another spelling of an option
     would vanish before the tool saw it: name unknown keys, and rename other spellings to their field."""
