@@ -33,18 +33,23 @@ INSTRUCTIONS = (
 
 
 def build(state: str | None = None, workdir: str | None = None):
+    """The MCP server. Its tools are handed to the SDK's constructor as `Tool`s built here, so nothing reaches
+    into the server's private tool manager to adjust them after registration."""
     from mcp.server import MCPServer
 
-    server = MCPServer(name="posttrain-aci", version=__version__, instructions=INSTRUCTIONS)
-    for t in registry.tools().values():
-        _add_tool(server, t, state, workdir)
+    tools = [_tool(t, state, workdir) for t in registry.tools().values()]
+    server = MCPServer(name="posttrain-aci", version=__version__, instructions=INSTRUCTIONS, tools=tools)
     _add_markdown(server)
     return server
 
 
-def _add_tool(server, t: registry.Tool, state: str | None, workdir: str | None) -> None:
+def _tool(t: registry.Tool, state: str | None, workdir: str | None):
+    """The SDK's `Tool` for a registered tool: a function whose signature is the input model's fields (the
+    SDK derives `inputSchema` from it) and whose return type is the output model (`outputSchema`), with
+    the argument handling of `_arguments`."""
     import anyio
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.tools import Tool
     from mcp.types import ToolAnnotations
 
     async def run(**kwargs: Any):
@@ -60,17 +65,13 @@ def _add_tool(server, t: registry.Tool, state: str | None, workdir: str | None) 
             raise ToolError(_readable(f"{type(e).__name__}: {e} (an unexpected error in aci; the server's "
                                       f"log has the traceback)")) from None
 
-
     params = [
-        inspect.Parameter(
-            name, inspect.Parameter.KEYWORD_ONLY,
-            annotation=Annotated[field.annotation, field],
-        )
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[field.annotation, field])
         for name, field in t.input.model_fields.items()
     ]
     run.__signature__ = inspect.Signature(params, return_annotation=t.output)
     run.__name__ = t.name.replace("-", "_")
-    server.add_tool(
+    made = Tool.from_function(
         run,
         name=t.name,
         title=t.title,
@@ -84,8 +85,7 @@ def _add_tool(server, t: registry.Tool, state: str | None, workdir: str | None) 
         ),
         structured_output=True,
     )
-    registered = server._tool_manager.get_tool(t.name)
-    registered.fn_metadata = _arguments(registered.fn_metadata, t.input)
+    return made.model_copy(update={"fn_metadata": _arguments(made.fn_metadata, t.input)})
 
 
 def _readable(text: str) -> str:
@@ -98,7 +98,11 @@ def _arguments(meta, inp: type[registry.ToolInput]):
     """The SDK's argument handling with two changes: unknown keys are named (`_strict`), and a text field
     keeps the text it was given. The SDK parses every string that looks like JSON for a field not typed
     exactly `str`, so a JSON grader spec given to `grader: str | None` arrived as a dict and was refused
-    ("Input should be a valid string"); lists and objects given as JSON text still parse as before."""
+    ("Input should be a valid string"); lists and objects given as JSON text still parse as before.
+
+    The one place that leans on the SDK past its public surface: it has no option for either change, so
+    this subclasses `FuncMetadata` (the type of `Tool.fn_metadata`) and overrides `pre_parse_json`, which
+    its `validate_arguments` calls. `tests/test_server.py` pins both facts against the installed SDK."""
     from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 
     class Arguments(FuncMetadata):

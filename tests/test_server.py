@@ -212,3 +212,39 @@ def test_http_beyond_loopback_needs_an_explicit_flag_and_every_request_a_bearer_
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_the_sdk_still_needs_and_honours_the_servers_argument_handling():
+    """`aci/server.py` `_arguments` subclasses the SDK's `FuncMetadata` and overrides `pre_parse_json`, since
+    the SDK has no public option to keep JSON text as text or to refuse unknown keys. This pins both halves
+    against the installed SDK (the product pins mcp>=2.3,<3): the SDK's own handling still needs the change,
+    and its `validate_arguments` still goes through the override. A failure here means the SDK changed:
+    follow it in `_arguments` (or delete the override when the SDK keeps text by itself)."""
+    from importlib.metadata import version
+
+    import pydantic
+    import pytest
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+
+    from aci.server import _tool
+
+    sdk = f"mcp {version('mcp')}"
+    spec = '{"type": "regex", "pattern": "#### ([0-9]+)"}'
+
+    def plain(grader: str | None = None) -> None:
+        """A tool as the SDK builds it from a signature."""
+
+    bare = Tool.from_function(plain).fn_metadata
+    with pytest.raises(pydantic.ValidationError, match="valid string"):
+        bare.validate_arguments({"grader": spec})  # the SDK parsed the JSON text into a dict
+    assert bare.validate_arguments({"grader": None, "typo": 1}) == {"grader": None}, f"{sdk} drops unknown keys"
+
+    plan = _tool(registry.get("plan"), None, None)
+    assert isinstance(plan.fn_metadata, FuncMetadata) and plan.name == "plan", sdk
+    assert plan.fn_metadata.validate_arguments({"action": "init", "grader": spec})["grader"] == spec, (
+        f"{sdk}: validate_arguments no longer goes through the overridden pre_parse_json")
+    with pytest.raises(pydantic.ValidationError, match="typo"):
+        plan.fn_metadata.validate_arguments({"action": "init", "typo": 1})
+    histogram = _tool(registry.get("histogram"), None, None)
+    assert histogram.fn_metadata.validate_arguments({"path": "x", "features": '["a"]'})["features"] == ["a"]
