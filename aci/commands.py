@@ -7,14 +7,16 @@ import sys
 
 import click
 
+from aci.server import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
+
 
 @click.command()
 @click.option("--http", is_flag=True, help="serve streamable HTTP instead of stdio")
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address (loopback unless given)")
-@click.option("--port", default=8765, show_default=True, type=int, help="HTTP port")
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="HTTP bind address (loopback unless given)")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=int, help="HTTP port")
 @click.option("--allow-remote", is_flag=True, help="HTTP: allow a non-loopback --host")
 @click.option("--token-file", default=None, help="HTTP: file holding the bearer token every request must carry "
-              "(else ACI_HTTP_TOKEN, else a new one printed on stderr)")
+              f"(else {TOKEN_ENV}, else a new one printed on stderr)")
 @click.option("--allowed-host", "allowed_hosts", multiple=True,
               help="HTTP: another name clients reach the server by (Host header), beside its bound address")
 @click.pass_context

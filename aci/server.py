@@ -17,13 +17,21 @@ from __future__ import annotations
 import hmac
 import inspect
 import logging
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from aci import __version__, bundle, registry
-from aci.context import Context
+from aci import __version__
 from aci.errors import ACIError
 
+if TYPE_CHECKING:
+    from aci import registry
+
 log = logging.getLogger("aci.server")
+
+# `aci serve`'s options (aci/commands.py) take their defaults and help from these, so importing this module
+# stays cheap: the registry, the tools and the SDK load only when a server is built.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+TOKEN_ENV = "ACI_HTTP_TOKEN"
 
 INSTRUCTIONS = (
     "Post-training tools with a clock and rules. Start with `status`; if there is no run card, call `plan` "
@@ -36,6 +44,8 @@ def build(state: str | None = None, workdir: str | None = None):
     """The MCP server. Its tools are handed to the SDK's constructor as `Tool`s built here, so nothing reaches
     into the server's private tool manager to adjust them after registration."""
     from mcp.server import MCPServer
+
+    from aci import registry
 
     tools = [_tool(t, state, workdir) for t in registry.tools().values()]
     server = MCPServer(name="posttrain-aci", version=__version__, instructions=INSTRUCTIONS, tools=tools)
@@ -51,6 +61,9 @@ def _tool(t: registry.Tool, state: str | None, workdir: str | None):
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.server.mcpserver.tools import Tool
     from mcp.types import ToolAnnotations
+
+    from aci import registry
+    from aci.context import Context
 
     async def run(**kwargs: Any):
         def work():
@@ -147,7 +160,7 @@ def _add_markdown(server) -> None:
     arguments (`aci.prompts`)."""
     from mcp.server.mcpserver.resources import FunctionResource
 
-    from aci import prompts
+    from aci import bundle, prompts
 
     for doc in bundle.documents():
         server.add_resource(FunctionResource(
@@ -158,7 +171,7 @@ def _add_markdown(server) -> None:
         server.add_prompt(prompt)
 
 
-TOKEN_ENV = "ACI_HTTP_TOKEN"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")  # the names a loopback server also answers to
 WILDCARDS = ("0.0.0.0", "::", "")
 
 
@@ -168,13 +181,13 @@ def check_http_host(host: str, allow_remote: bool) -> None:
 
     if not is_loopback(host) and not allow_remote:
         raise ACIError(f"--host {host} would let any client that reaches this machine start training jobs and "
-                       f"commands; serve on 127.0.0.1, or pass --allow-remote (every request must then carry the "
+                       f"commands; serve on {DEFAULT_HOST}, or pass --allow-remote (every request must then carry the "
                        f"bearer token)")
 
 
 def http_token(token_file: str | None) -> tuple[str, bool]:
     """The bearer token every HTTP request must carry and whether it was generated here: from `token_file`,
-    else `$ACI_HTTP_TOKEN`, else a new random one. Never an argument, which any local user can read in the
+    else the environment's `TOKEN_ENV`, else a new random one. Never an argument, which any local user can read in the
     process list."""
     import os
     import secrets
@@ -203,10 +216,10 @@ def transport_security(host: str, port: int, extra_hosts: tuple[str, ...] = ()):
     from mcp.server.transport_security import TransportSecuritySettings
 
     names = [host]
-    if host in ("127.0.0.1", "::1", "localhost"):
-        names += ["127.0.0.1", "localhost", "::1"]
+    if host in LOOPBACK:
+        names += LOOPBACK
     if host in WILDCARDS:
-        names += [socket.gethostname(), socket.getfqdn(), "127.0.0.1", "localhost", "::1"]
+        names += [socket.gethostname(), socket.getfqdn(), *LOOPBACK]
     names = list(dict.fromkeys(n for n in [*names, *extra_hosts] if n not in WILDCARDS))
     hosts = [f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names]
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
@@ -231,7 +244,7 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def serve(state: str | None, workdir: str | None, http: bool = False, host: str = "127.0.0.1", port: int = 8765,
+def serve(state: str | None, workdir: str | None, http: bool = False, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
           *, allow_remote: bool = False, token_file: str | None = None, allowed_hosts: tuple[str, ...] = ()) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not http:
