@@ -20,6 +20,7 @@ from typing import Any, Literal
 import click
 
 from aci.errors import ACIError
+from aci.state import STATE_ENV
 
 EXTRA_COMMANDS = {
     "serve": "aci.commands:serve",
@@ -145,7 +146,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group)
-@click.option("--state", envvar="ACI_STATE", default=None, help="state folder (default: ./state)")
+@click.option("--state", envvar=STATE_ENV, default=None, help="state folder (default: ./state)")
 @click.option("--workdir", default=None, help="working directory of the run (default: current directory)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.version_option(package_name="posttrain-aci", prog_name="aci")
