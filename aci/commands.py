@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from aci.install import AGENTS
 from aci.server import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
 
 
@@ -31,7 +32,7 @@ def serve(cctx: click.Context, http: bool, host: str, port: int, allow_remote: b
 
 
 @click.command()
-@click.argument("agent", type=click.Choice(["claude-code", "codex", "opencode"]))
+@click.argument("agent", type=click.Choice(AGENTS))
 @click.option("--workdir", "target", default=".", help="the agent's working directory")
 @click.option("--global", "global_", is_flag=True, help="codex: write ~/.codex/ (config.toml, skills/) instead of the workdir's")
 @click.option("--remove", is_flag=True, help="take out everything install wrote for AGENT (user entries stay)")
