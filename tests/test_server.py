@@ -45,6 +45,10 @@ def test_stdio_server_lists_tools_and_answers(workdir):
             # 5 % of 1319 items is over the absolute minimum of 32
             assert "66 samples" in next(g["evidence"] for g in s["gates"] if g["name"] == "baseline")
 
+            # a refusal under a rule reaches the client with its id first, as rules/integrity.md says
+            refused = await c.call_tool("plan", {"action": "update", "base_model": "other"})
+            assert refused.is_error and "[rule base-model-only] " in refused.content[0].text, refused.content
+
             again = await c.call_tool("plan", {"action": "init", "base_model": "x", "benchmark": "gsm8k"})
             assert not again.is_error and again.structured_content["card"]["base_model"] == "base"
             assert any("kept the card's base_model" in w for w in again.structured_content["warnings"])
@@ -77,6 +81,8 @@ def test_cli_errors_exit_2_and_json(workdir):
     assert out["card"]["targets"] == [{"metric": "accuracy", "value": 0.5}]
     r = run("status")
     assert r.returncode == 0 and "m on b" in r.stdout
+    r = run("plan", "update", "--base-model", "other")
+    assert r.returncode == 2 and r.stderr.startswith("error: [rule base-model-only] "), r.stderr
 
 
 def test_streamable_http_on_loopback(workdir):
