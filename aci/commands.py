@@ -7,14 +7,17 @@ import sys
 
 import click
 
+from aci.install import AGENTS
+from aci.server import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
+
 
 @click.command()
 @click.option("--http", is_flag=True, help="serve streamable HTTP instead of stdio")
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address (loopback unless given)")
-@click.option("--port", default=8765, show_default=True, type=int, help="HTTP port")
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="HTTP bind address (loopback unless given)")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=int, help="HTTP port")
 @click.option("--allow-remote", is_flag=True, help="HTTP: allow a non-loopback --host")
 @click.option("--token-file", default=None, help="HTTP: file holding the bearer token every request must carry "
-              "(else ACI_HTTP_TOKEN, else a new one printed on stderr)")
+              f"(else {TOKEN_ENV}, else a new one printed on stderr)")
 @click.option("--allowed-host", "allowed_hosts", multiple=True,
               help="HTTP: another name clients reach the server by (Host header), beside its bound address")
 @click.pass_context
@@ -29,7 +32,7 @@ def serve(cctx: click.Context, http: bool, host: str, port: int, allow_remote: b
 
 
 @click.command()
-@click.argument("agent", type=click.Choice(["claude-code", "codex", "opencode"]))
+@click.argument("agent", type=click.Choice(AGENTS))
 @click.option("--workdir", "target", default=".", help="the agent's working directory")
 @click.option("--global", "global_", is_flag=True, help="codex: write ~/.codex/ (config.toml, skills/) instead of the workdir's")
 @click.option("--remove", is_flag=True, help="take out everything install wrote for AGENT (user entries stay)")

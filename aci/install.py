@@ -76,7 +76,7 @@ class _Layout:
 
     def __init__(self, agent: str, wd: Path, global_config: bool):
         if agent not in AGENTS:
-            raise ACIError(f"unknown agent {agent!r}: use claude-code, codex or opencode")
+            raise ACIError(f"unknown agent {agent!r}: use one of {', '.join(AGENTS)}")
         home = Path(os.environ.get("HOME", "~")).expanduser()
         self.root = home if agent == "codex" and global_config else wd  # what removal never deletes
         codex_root = self.root / ".codex"

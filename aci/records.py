@@ -84,6 +84,11 @@ class RunCard(Record):
     notes: str = ""
 
 
+# The kinds of event an agent journals with `log-state` (the tools journal their own: plan, train, eval, ...).
+# `aci.goal.BENCHMARK_CARD` is one of them: the card that closes recon.
+AgentKind = Literal["decision", "observation", "result", "benchmark-card", "note"]
+
+
 class JournalEvent(Record):
     """One line of `journal.jsonl`; each is one git commit in the state folder."""
 

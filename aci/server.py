@@ -17,13 +17,21 @@ from __future__ import annotations
 import hmac
 import inspect
 import logging
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from aci import __version__, bundle, registry
-from aci.context import Context
+from aci import __version__
 from aci.errors import ACIError
 
+if TYPE_CHECKING:
+    from aci import registry
+
 log = logging.getLogger("aci.server")
+
+# `aci serve`'s options (aci/commands.py) take their defaults and help from these, so importing this module
+# stays cheap: the registry, the tools and the SDK load only when a server is built.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+TOKEN_ENV = "ACI_HTTP_TOKEN"
 
 INSTRUCTIONS = (
     "Post-training tools with a clock and rules. Start with `status`; if there is no run card, call `plan` "
@@ -33,19 +41,29 @@ INSTRUCTIONS = (
 
 
 def build(state: str | None = None, workdir: str | None = None):
+    """The MCP server. Its tools are handed to the SDK's constructor as `Tool`s built here, so nothing reaches
+    into the server's private tool manager to adjust them after registration."""
     from mcp.server import MCPServer
 
-    server = MCPServer(name="posttrain-aci", version=__version__, instructions=INSTRUCTIONS)
-    for t in registry.tools().values():
-        _add_tool(server, t, state, workdir)
+    from aci import registry
+
+    tools = [_tool(t, state, workdir) for t in registry.tools().values()]
+    server = MCPServer(name="posttrain-aci", version=__version__, instructions=INSTRUCTIONS, tools=tools)
     _add_markdown(server)
     return server
 
 
-def _add_tool(server, t: registry.Tool, state: str | None, workdir: str | None) -> None:
+def _tool(t: registry.Tool, state: str | None, workdir: str | None):
+    """The SDK's `Tool` for a registered tool: a function whose signature is the input model's fields (the
+    SDK derives `inputSchema` from it) and whose return type is the output model (`outputSchema`), with
+    the argument handling of `_arguments`."""
     import anyio
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.tools import Tool
     from mcp.types import ToolAnnotations
+
+    from aci import registry
+    from aci.context import Context
 
     async def run(**kwargs: Any):
         def work():
@@ -60,17 +78,13 @@ def _add_tool(server, t: registry.Tool, state: str | None, workdir: str | None) 
             raise ToolError(_readable(f"{type(e).__name__}: {e} (an unexpected error in aci; the server's "
                                       f"log has the traceback)")) from None
 
-
     params = [
-        inspect.Parameter(
-            name, inspect.Parameter.KEYWORD_ONLY,
-            annotation=Annotated[field.annotation, field],
-        )
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[field.annotation, field])
         for name, field in t.input.model_fields.items()
     ]
     run.__signature__ = inspect.Signature(params, return_annotation=t.output)
     run.__name__ = t.name.replace("-", "_")
-    server.add_tool(
+    made = Tool.from_function(
         run,
         name=t.name,
         title=t.title,
@@ -84,8 +98,7 @@ def _add_tool(server, t: registry.Tool, state: str | None, workdir: str | None) 
         ),
         structured_output=True,
     )
-    registered = server._tool_manager.get_tool(t.name)
-    registered.fn_metadata = _arguments(registered.fn_metadata, t.input)
+    return made.model_copy(update={"fn_metadata": _arguments(made.fn_metadata, t.input)})
 
 
 def _readable(text: str) -> str:
@@ -98,33 +111,11 @@ def _arguments(meta, inp: type[registry.ToolInput]):
     """The SDK's argument handling with two changes: unknown keys are named (`_strict`), and a text field
     keeps the text it was given. The SDK parses every string that looks like JSON for a field not typed
     exactly `str`, so a JSON grader spec given to `grader: str | None` arrived as a dict and was refused
-    ("Input should be a valid string"); lists and objects given as JSON text still parse as before."""
-    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+    ("Input should be a valid string"); lists and objects given as JSON text still parse as before.
 
-    class Arguments(FuncMetadata):
-        def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
-            parsed = super().pre_parse_json(data)
-            fields = self.arg_model.model_fields
-            return {k: data[k] if k in fields and _takes_text(fields[k].annotation) else v for k, v in parsed.items()}
-
-    return Arguments(arg_model=_strict(meta.arg_model, inp), output_schema=meta.output_schema,
-                     output_model=meta.output_model, wrap_output=meta.wrap_output)
-
-
-def _takes_text(annotation: Any) -> bool:
-    """Whether a field accepts a plain string (`str`, `str | None`, a union with `str`)."""
-    import types
-    import typing
-
-    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    return annotation is str or union and str in typing.get_args(annotation)
-
-
-def _arguments(meta, inp: type[registry.ToolInput]):
-    """The SDK's argument handling with two changes: unknown keys are named (`_strict`), and a text field
-    keeps the text it was given. The SDK parses every string that looks like JSON for a field not typed
-    exactly `str`, so a JSON grader spec given to `grader: str | None` arrived as a dict and was refused
-    ("Input should be a valid string"); lists and objects given as JSON text still parse as before."""
+    The one place that leans on the SDK past its public surface: it has no option for either change, so
+    this subclasses `FuncMetadata` (the type of `Tool.fn_metadata`) and overrides `pre_parse_json`, which
+    its `validate_arguments` calls. `tests/test_server.py` pins both facts against the installed SDK."""
     from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 
     class Arguments(FuncMetadata):
@@ -169,7 +160,7 @@ def _add_markdown(server) -> None:
     arguments (`aci.prompts`)."""
     from mcp.server.mcpserver.resources import FunctionResource
 
-    from aci import prompts
+    from aci import bundle, prompts
 
     for doc in bundle.documents():
         server.add_resource(FunctionResource(
@@ -180,7 +171,7 @@ def _add_markdown(server) -> None:
         server.add_prompt(prompt)
 
 
-TOKEN_ENV = "ACI_HTTP_TOKEN"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")  # the names a loopback server also answers to
 WILDCARDS = ("0.0.0.0", "::", "")
 
 
@@ -190,13 +181,13 @@ def check_http_host(host: str, allow_remote: bool) -> None:
 
     if not is_loopback(host) and not allow_remote:
         raise ACIError(f"--host {host} would let any client that reaches this machine start training jobs and "
-                       f"commands; serve on 127.0.0.1, or pass --allow-remote (every request must then carry the "
+                       f"commands; serve on {DEFAULT_HOST}, or pass --allow-remote (every request must then carry the "
                        f"bearer token)")
 
 
 def http_token(token_file: str | None) -> tuple[str, bool]:
     """The bearer token every HTTP request must carry and whether it was generated here: from `token_file`,
-    else `$ACI_HTTP_TOKEN`, else a new random one. Never an argument, which any local user can read in the
+    else the environment's `TOKEN_ENV`, else a new random one. Never an argument, which any local user can read in the
     process list."""
     import os
     import secrets
@@ -225,10 +216,10 @@ def transport_security(host: str, port: int, extra_hosts: tuple[str, ...] = ()):
     from mcp.server.transport_security import TransportSecuritySettings
 
     names = [host]
-    if host in ("127.0.0.1", "::1", "localhost"):
-        names += ["127.0.0.1", "localhost", "::1"]
+    if host in LOOPBACK:
+        names += LOOPBACK
     if host in WILDCARDS:
-        names += [socket.gethostname(), socket.getfqdn(), "127.0.0.1", "localhost", "::1"]
+        names += [socket.gethostname(), socket.getfqdn(), *LOOPBACK]
     names = list(dict.fromkeys(n for n in [*names, *extra_hosts] if n not in WILDCARDS))
     hosts = [f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names]
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
@@ -253,7 +244,7 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def serve(state: str | None, workdir: str | None, http: bool = False, host: str = "127.0.0.1", port: int = 8765,
+def serve(state: str | None, workdir: str | None, http: bool = False, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
           *, allow_remote: bool = False, token_file: str | None = None, allowed_hosts: tuple[str, ...] = ()) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not http:

@@ -172,9 +172,6 @@ class State:
         self._repo = None
 
     # -- reading (no lock: every file is always whole) ------------------------------------------
-    def exists(self) -> bool:
-        return (self.root / "run.json").exists()
-
     def read(self, rel: str) -> Any:
         return read_json(self.root / rel)
 

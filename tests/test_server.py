@@ -45,6 +45,10 @@ def test_stdio_server_lists_tools_and_answers(workdir):
             # 5 % of 1319 items is over the absolute minimum of 32
             assert "66 samples" in next(g["evidence"] for g in s["gates"] if g["name"] == "baseline")
 
+            # a refusal under a rule reaches the client with its id first, as rules/integrity.md says
+            refused = await c.call_tool("plan", {"action": "update", "base_model": "other"})
+            assert refused.is_error and "[rule base-model-only] " in refused.content[0].text, refused.content
+
             again = await c.call_tool("plan", {"action": "init", "base_model": "x", "benchmark": "gsm8k"})
             assert not again.is_error and again.structured_content["card"]["base_model"] == "base"
             assert any("kept the card's base_model" in w for w in again.structured_content["warnings"])
@@ -77,6 +81,8 @@ def test_cli_errors_exit_2_and_json(workdir):
     assert out["card"]["targets"] == [{"metric": "accuracy", "value": 0.5}]
     r = run("status")
     assert r.returncode == 0 and "m on b" in r.stdout
+    r = run("plan", "update", "--base-model", "other")
+    assert r.returncode == 2 and r.stderr.startswith("error: [rule base-model-only] "), r.stderr
 
 
 def test_streamable_http_on_loopback(workdir):
@@ -212,3 +218,39 @@ def test_http_beyond_loopback_needs_an_explicit_flag_and_every_request_a_bearer_
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_the_sdk_still_needs_and_honours_the_servers_argument_handling():
+    """`aci/server.py` `_arguments` subclasses the SDK's `FuncMetadata` and overrides `pre_parse_json`, since
+    the SDK has no public option to keep JSON text as text or to refuse unknown keys. This pins both halves
+    against the installed SDK (the product pins mcp>=2.3,<3): the SDK's own handling still needs the change,
+    and its `validate_arguments` still goes through the override. A failure here means the SDK changed:
+    follow it in `_arguments` (or delete the override when the SDK keeps text by itself)."""
+    from importlib.metadata import version
+
+    import pydantic
+    import pytest
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+
+    from aci.server import _tool
+
+    sdk = f"mcp {version('mcp')}"
+    spec = '{"type": "regex", "pattern": "#### ([0-9]+)"}'
+
+    def plain(grader: str | None = None) -> None:
+        """A tool as the SDK builds it from a signature."""
+
+    bare = Tool.from_function(plain).fn_metadata
+    with pytest.raises(pydantic.ValidationError, match="valid string"):
+        bare.validate_arguments({"grader": spec})  # the SDK parsed the JSON text into a dict
+    assert bare.validate_arguments({"grader": None, "typo": 1}) == {"grader": None}, f"{sdk} drops unknown keys"
+
+    plan = _tool(registry.get("plan"), None, None)
+    assert isinstance(plan.fn_metadata, FuncMetadata) and plan.name == "plan", sdk
+    assert plan.fn_metadata.validate_arguments({"action": "init", "grader": spec})["grader"] == spec, (
+        f"{sdk}: validate_arguments no longer goes through the overridden pre_parse_json")
+    with pytest.raises(pydantic.ValidationError, match="typo"):
+        plan.fn_metadata.validate_arguments({"action": "init", "typo": 1})
+    histogram = _tool(registry.get("histogram"), None, None)
+    assert histogram.fn_metadata.validate_arguments({"path": "x", "features": '["a"]'})["features"] == ["a"]

@@ -194,3 +194,16 @@ def test_an_event_costs_the_state_history_about_its_own_size(workdir):
     registry.call("log-state", {"message": "late", "data": {"i": 1}}, Context(workdir=workdir))
     assert _git_bytes(root) - before < 16 << 10
     assert subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout == ""
+
+
+def test_the_benchmark_card_that_closes_recon_is_a_kind_an_agent_can_journal():
+    """`log-state --kind` takes `records.AgentKind`; recon closes on `goal.BENCHMARK_CARD`. Typed apart, they
+    must stay one name, or the card an agent writes never closes recon."""
+    from typing import get_args
+
+    from aci.goal import BENCHMARK_CARD
+    from aci.records import AgentKind
+    from aci.tools.journal import LogStateInput
+
+    assert BENCHMARK_CARD in get_args(AgentKind)
+    assert LogStateInput(kind=BENCHMARK_CARD).kind == BENCHMARK_CARD
