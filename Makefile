@@ -19,14 +19,20 @@ COMPAT_TESTS  ?= tests/test_templates.py tests/test_train.py tests/test_train_ga
 
 # What the tests need beyond the venv (tests/agent_clis.py): the agent CLIs and the MCP Inspector from
 # npm, pinned in .ci/clis/*/package-lock.json (skipped without npm, outside CI; `npm install`, not `npm
-# ci`: the locks hold only the Linux x64 builds of the CLIs' per-platform packages), and pip's wheel plus
+# ci`: the locks hold only the Linux x64 builds of the CLIs' per-platform packages), pip's wheel plus
 # Python 3.10 wheels of our requirements for the PostTrainBench container test (skipped without that
-# Python, outside CI). Chromium is required: installed from Debian when root, else a clear failure.
+# Python, outside CI), and Harbor from PyPI in a venv of its own (it needs Python >= 3.12 and packages
+# of its own; pinned in .ci/harbor/requirements.txt; tests/test_harbor.py, skipped without it outside
+# CI). Chromium is required: installed from Debian when root, else a clear failure. Bubblewrap (the
+# unit-tests grader's sandbox, and the Harbor test's local environment) is installed from Debian when
+# root; without it those tests are skipped outside CI and fail in CI.
 CLIS       := .ci/clis
 WHEELHOUSE := .ci/wheels/py310
+HARBOR     := .ci/harbor
+HARBOR_PYTHON ?= $(shell pyenv root 2>/dev/null)/versions/3.12.1/bin/python
 NPM        ?= npm
 
-.PHONY: setup demo test test-deps chromium clis wheelhouse bench compat lint clean
+.PHONY: setup demo test test-deps chromium bubblewrap clis wheelhouse harbor bench compat lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,7 +49,14 @@ demo: setup
 test: setup test-deps
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test-deps: chromium clis wheelhouse
+test-deps: chromium bubblewrap clis wheelhouse harbor
+
+bubblewrap:
+	@command -v bwrap >/dev/null || if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing bubblewrap (Debian) for the unit-tests grader's sandbox"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	else echo "no bwrap: the grader uses its partial sandbox and the sandbox tests are skipped (CI fails instead);" \
+	  "install it with: sudo apt-get install bubblewrap"; fi
 
 chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
@@ -62,6 +75,17 @@ $(CLIS)/%/.installed: $(CLIS)/%/package.json $(CLIS)/%/package-lock.json
 	  echo "installing the $* agent CLIs from npm into $(CLIS)/$*"; \
 	  $(NPM) install --prefix $(CLIS)/$* --no-audit --no-fund --loglevel=error && touch $@; \
 	else echo "no npm: the tests that run the real agent CLIs will be skipped (CI installs Node and fails instead)"; fi
+
+harbor: bubblewrap $(HARBOR)/venv/.installed
+
+$(HARBOR)/venv/.installed: $(HARBOR)/requirements.txt
+	@if [ -x "$(HARBOR_PYTHON)" ]; then \
+	  echo "installing Harbor into $(HARBOR)/venv"; \
+	  rm -rf $(HARBOR)/venv && $(HARBOR_PYTHON) -m venv $(HARBOR)/venv \
+	  && $(HARBOR)/venv/bin/python -m pip install -q --disable-pip-version-check -r $(HARBOR)/requirements.txt \
+	  && touch $@; \
+	else echo "no Python 3.12 at $(HARBOR_PYTHON): the Harbor test will be skipped (CI fails instead)"; fi
+
 
 wheelhouse: $(WHEELHOUSE)/.complete
 
@@ -89,4 +113,4 @@ lint: setup
 	$(VENV)/bin/ruff check aci tests bench
 
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) demo-work .pytest_cache .ci/wheels $(CLIS)/*/node_modules $(CLIS)/*/.installed
+	rm -rf $(VENV) $(COMPAT_VENV) demo-work .pytest_cache .ci/wheels $(CLIS)/*/node_modules $(CLIS)/*/.installed $(HARBOR)/venv

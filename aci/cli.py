@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +19,7 @@ from typing import Any, Literal
 import click
 
 from aci.errors import ACIError
+from aci.state import STATE_ENV
 
 EXTRA_COMMANDS = {
     "serve": "aci.commands:serve",
@@ -28,14 +28,6 @@ EXTRA_COMMANDS = {
     "demo": "aci.demo:command",
     "report": "aci.report:command",
 }
-
-
-def _unwrap_optional(ann: Any) -> Any:
-    args = typing.get_args(ann)
-    if typing.get_origin(ann) in (typing.Union, types.UnionType) and type(None) in args:
-        rest = [a for a in args if a is not type(None)]
-        return rest[0] if len(rest) == 1 else ann
-    return ann
 
 
 _SCALARS = {str: click.STRING, int: click.INT, float: click.FLOAT, Path: click.Path()}
@@ -52,13 +44,15 @@ def _json_value(value: str) -> Any:
 
 def _params_for(model) -> tuple[list[click.Parameter], set[str]]:
     """Click parameters for a tool's input model, and the names that take JSON."""
+    from aci.registry import unwrap_optional
+
     params: list[click.Parameter] = []
     json_fields: set[str] = set()
     others: dict[str, list[str]] = {}
     for alias, name in model.spellings().items():
         others.setdefault(name, []).append("--" + alias.replace("_", "-"))
     for name, field in model.model_fields.items():
-        ann = _unwrap_optional(field.annotation)
+        ann = unwrap_optional(field.annotation)
         origin = typing.get_origin(ann)
         required = field.is_required()
         default = None if required else field.get_default(call_default_factory=True)
@@ -77,8 +71,8 @@ def _params_for(model) -> tuple[list[click.Parameter], set[str]]:
         elif ann in _SCALARS:
             params.append(click.Option([flag, *also, name], type=_SCALARS[ann], required=required, default=default,
                                        help=help_text, show_default=default not in (None, "")))
-        elif origin is list and typing.get_args(ann) and _unwrap_optional(typing.get_args(ann)[0]) in _SCALARS:
-            inner = _SCALARS[_unwrap_optional(typing.get_args(ann)[0])]
+        elif origin is list and typing.get_args(ann) and unwrap_optional(typing.get_args(ann)[0]) in _SCALARS:
+            inner = _SCALARS[unwrap_optional(typing.get_args(ann)[0])]
             params.append(click.Option([flag, *also, name], type=inner, multiple=True, required=required,
                                        help=(help_text + " (repeatable)").strip()))
         else:
@@ -145,7 +139,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group)
-@click.option("--state", envvar="ACI_STATE", default=None, help="state folder (default: ./state)")
+@click.option("--state", envvar=STATE_ENV, default=None, help="state folder (default: ./state)")
 @click.option("--workdir", default=None, help="working directory of the run (default: current directory)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.version_option(package_name="posttrain-aci", prog_name="aci")

@@ -3,19 +3,23 @@
 The deadline comes from `timer.sh` in the working directory when it exists (PostTrainBench's harness
 prints `Remaining time (hours:minutes):` then `H:MM`, or `Timer expired!`), because the harness started
 counting before the agent did. Otherwise it comes from the run card (a fixed deadline, or start time
-plus budget). The final reserve (`rules.Profile.reserve_min`) is time kept for promotion, `finalize`
-and checks, which no job may eat into.
+plus budget). A `timer.sh` that fails or hangs does not stop the tools: the clock falls back to the run
+card (which records the timer's deadline at plan init) and says so in a note every result carries; the
+failure is remembered for a minute, so a hanging timer costs one short timeout, not one per read. The
+final reserve (`rules.Profile.reserve_min`) is time kept for promotion, `finalize` and checks, which no
+job may eat into.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from aci.errors import ACIError
+from aci.processes import run_briefly
 from aci.records import RunCard
 from aci.state import now
 
@@ -23,7 +27,11 @@ TIMER = "timer.sh"
 LAST_MARGIN = timedelta(minutes=5)  # no job runs into the last minutes: finalize and the harness need them
 TIMER_RESOLUTION = timedelta(minutes=1)  # timer.sh prints whole minutes, rounded down
 TIMER_SLACK = timedelta(seconds=5)  # running timer.sh and reading this machine's clock
+TIMER_TIMEOUT_S = 3.0  # timer.sh reads a file and does arithmetic: milliseconds when it works
+TIMER_FAILURE_TTL_S = 60.0  # a failed timer.sh is not run again for this long (per script version)
 _REMAINING = re.compile(r"(\d+):(\d{1,2})\s*$")
+_CLOCK_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+_failures: dict[tuple, tuple[float, str]] = {}
 
 
 def parse_timer_output(text: str) -> timedelta:
@@ -38,18 +46,28 @@ def parse_timer_output(text: str) -> timedelta:
     raise ACIError(f"cannot read the remaining time from timer.sh output: {text.strip()[:200]!r}")
 
 
-def read_timer(workdir: Path, timeout_s: float = 10.0) -> timedelta | None:
-    """Remaining time per `workdir/timer.sh`, or None when there is no timer."""
+def read_timer(workdir: Path, timeout_s: float = TIMER_TIMEOUT_S) -> timedelta | None:
+    """Remaining time per `workdir/timer.sh`, or None when there is no timer; ACIError when it fails, hangs
+    or prints nothing readable (remembered for `TIMER_FAILURE_TTL_S` while the script is unchanged)."""
     script = workdir / TIMER
+    try:
+        st = script.stat()
+    except OSError:
+        return None
     if not script.is_file():
         return None
+    key = (str(script), st.st_mtime_ns, st.st_size)
+    failed = _failures.get(key)
+    if failed and time.monotonic() - failed[0] < TIMER_FAILURE_TTL_S:
+        raise ACIError(failed[1])
+    rc, out = run_briefly(["bash", str(script)], workdir, timeout_s, max_chars=4096)
     try:
-        out = subprocess.run(
-            ["bash", str(script)], cwd=workdir, capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise ACIError(f"{script} did not answer within {timeout_s:.0f} s") from None
-    return parse_timer_output(out.stdout + out.stderr)
+        if rc is None and not out.strip():
+            raise ACIError(f"{script} did not answer within {timeout_s:g} s")
+        return parse_timer_output(out)
+    except ACIError as e:
+        _failures[key] = (time.monotonic(), str(e))
+        raise
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,7 @@ class Clock:
     reserve: timedelta
     source: str  # "timer.sh", "run card deadline", "run card budget" or "none"
     to_record: bool = False  # timer.sh disagrees with the run card's deadline: record this one (Context does)
+    note: str | None = None  # timer.sh failed and the run card's deadline stands in: said with every result
 
     def left(self, at: datetime | None = None) -> timedelta | None:
         if self.deadline is None:
@@ -86,16 +105,30 @@ class Clock:
         return work is None or duration <= work
 
 
-def parse_deadline(text: str) -> tuple[datetime, str | None]:
-    """A `--deadline` as an aware time, and a note when it had no time zone.
+def parse_deadline(text: str, at: datetime | None = None) -> tuple[datetime, str | None]:
+    """A `--deadline` as an aware time, and a note when it had no time zone or no date.
 
-    A naive time is read as this machine's local time (what a person typing "18:00" means), never as
-    UTC; the note says which offset was applied so a wrong guess is visible at once.
+    An ISO date-time, or a clock time (`18:00`, `18:00:30`: its next occurrence, today or tomorrow). A
+    time without an offset is read as this machine's local time (what a person typing "18:00" means),
+    never as UTC; the note says what was read so a wrong guess is visible at once.
     """
+    text = text.strip()
+    clock = _CLOCK_TIME.match(text)
+    if clock:
+        h, m, sec = int(clock.group(1)), int(clock.group(2)), int(clock.group(3) or 0)
+        if h > 23 or m > 59 or sec > 59:
+            raise ACIError(f"deadline {text!r} is not a clock time (HH:MM or HH:MM:SS, 00:00 to 23:59:59)")
+        base = (at or now()).astimezone()
+        t = base.replace(hour=h, minute=m, second=sec, microsecond=0)
+        if t <= base:
+            t += timedelta(days=1)
+        return t, (f"deadline {text!r} read as this machine's local time {t.isoformat(timespec='seconds')}, "
+                   f"{fmt(t - base)} from now; give a date and an offset (2026-05-01T18:00+02:00) to say otherwise")
     try:
         t = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except ValueError:
-        raise ACIError(f"deadline {text!r} is not an ISO date-time (e.g. 2026-05-01T18:00:00+02:00)") from None
+        raise ACIError(f"deadline {text!r} is not an ISO date-time (e.g. 2026-05-01T18:00:00+02:00) or a clock "
+                       f"time (18:00); for a length of time use --budget-minutes or --budget-hours") from None
     if t.tzinfo is not None:
         return t, None
     local = t.astimezone()
@@ -118,15 +151,30 @@ def from_timer(remaining: timedelta, recorded: datetime | None) -> tuple[datetim
 
 def clock_for(workdir: Path, card: RunCard | None, reserve_min: float) -> Clock:
     reserve = timedelta(minutes=reserve_min)
-    remaining = read_timer(workdir)
+    try:
+        remaining = read_timer(workdir)
+    except ACIError as e:
+        return _from_card(card, reserve, f"{e}; the deadline is the run card's ({_card_says(card)}) until "
+                                         f"timer.sh answers again")
     if remaining is not None:
         deadline, moved = from_timer(remaining, card.deadline if card else None)
         return Clock(deadline, reserve, TIMER, to_record=moved and card is not None)
+    return _from_card(card, reserve)
+
+
+def _card_says(card: RunCard | None) -> str:
+    if card is None:
+        return "none: no run card"
+    return f"recorded deadline {card.deadline.isoformat(timespec='seconds')}" if card.deadline else \
+        f"start {card.started_at.isoformat(timespec='seconds')} plus {card.budget_hours:g} h"
+
+
+def _from_card(card: RunCard | None, reserve: timedelta, note: str | None = None) -> Clock:
+    if card and card.deadline:
+        return Clock(card.deadline, reserve, "run card deadline", note=note)
     if card:
-        if card.deadline:
-            return Clock(card.deadline, reserve, "run card deadline")
-        return Clock(card.started_at + timedelta(hours=card.budget_hours), reserve, "run card budget")
-    return Clock(None, reserve, "none")
+        return Clock(card.started_at + timedelta(hours=card.budget_hours), reserve, "run card budget", note=note)
+    return Clock(None, reserve, "none", note=note)
 
 
 def estimate(work_units: float, units_per_s: float | None, overhead_s: float = 60.0) -> timedelta | None:

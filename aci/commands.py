@@ -7,25 +7,32 @@ import sys
 
 import click
 
+from aci.install import AGENTS
+from aci.server import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
+
 
 @click.command()
 @click.option("--http", is_flag=True, help="serve streamable HTTP instead of stdio")
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address (loopback unless given)")
-@click.option("--port", default=8765, show_default=True, type=int, help="HTTP port")
-@click.option("--allow-remote", is_flag=True, help="HTTP: allow a non-loopback --host (needs --token)")
-@click.option("--token", envvar="ACI_HTTP_TOKEN", default=None,
-              help="HTTP: bearer token every request must carry (or ACI_HTTP_TOKEN)")
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="HTTP bind address (loopback unless given)")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=int, help="HTTP port")
+@click.option("--allow-remote", is_flag=True, help="HTTP: allow a non-loopback --host")
+@click.option("--token-file", default=None, help="HTTP: file holding the bearer token every request must carry "
+              f"(else {TOKEN_ENV}, else a new one printed on stderr)")
+@click.option("--allowed-host", "allowed_hosts", multiple=True,
+              help="HTTP: another name clients reach the server by (Host header), beside its bound address")
 @click.pass_context
-def serve(cctx: click.Context, http: bool, host: str, port: int, allow_remote: bool, token: str | None) -> None:
-    """Serve the tools over MCP (stdio by default; HTTP on loopback unless --allow-remote with a token)."""
+def serve(cctx: click.Context, http: bool, host: str, port: int, allow_remote: bool, token_file: str | None,
+          allowed_hosts: tuple[str, ...]) -> None:
+    """Serve the tools over MCP (stdio by default; HTTP on loopback with a bearer token unless --allow-remote)."""
     from aci.server import serve as run
 
     obj = cctx.find_root().obj
-    run(obj["state"], obj["workdir"], http=http, host=host, port=port, allow_remote=allow_remote, token=token)
+    run(obj["state"], obj["workdir"], http=http, host=host, port=port, allow_remote=allow_remote,
+        token_file=token_file, allowed_hosts=allowed_hosts)
 
 
 @click.command()
-@click.argument("agent", type=click.Choice(["claude-code", "codex", "opencode"]))
+@click.argument("agent", type=click.Choice(AGENTS))
 @click.option("--workdir", "target", default=".", help="the agent's working directory")
 @click.option("--global", "global_", is_flag=True, help="codex: write ~/.codex/ (config.toml, skills/) instead of the workdir's")
 @click.option("--remove", is_flag=True, help="take out everything install wrote for AGENT (user entries stay)")
@@ -71,3 +78,18 @@ def guard_stop(cctx: click.Context) -> None:
     decision = stop_decision(Context(state=obj["state"], workdir=obj["workdir"]), hook)
     if decision:
         click.echo(json.dumps(decision))
+
+
+@guard.command("end")
+@click.option("--how", required=True, help="what ended the agent, e.g. 'the agent exited with status 0'")
+@click.pass_context
+def guard_end(cctx: click.Context, how: str) -> None:
+    """Journal why the run ended: HOW, the time left and what final_model holds (for the integrations that
+    start the agent: the journal's last entry then states the reason). Nothing without a run card."""
+    from aci.context import Context
+    from aci.guard import end_of_run
+
+    obj = cctx.find_root().obj
+    message = end_of_run(Context(state=obj["state"], workdir=obj["workdir"]), how)
+    if message:
+        click.echo(message)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
 from aci import records, rules
 from aci.clock import Clock, clock_for
 from aci.errors import ACIError
+from aci.files import inside, links_outside, regular_only
 from aci.state import State, iso, resolve_root
 
 ROOTS_ENV = "ACI_ROOTS"  # extra allowed roots, os.pathsep-separated (e.g. a shared data or model cache)
@@ -79,17 +81,53 @@ class Context:
         hf = os.environ.get("HF_HOME")
         return [self.workdir, self.state.root, *extra, *([Path(hf).resolve()] if hf else [])]
 
-    def path(self, value: str | Path, *, must_exist: bool = False, what: str = "path") -> Path:
-        """Resolve a caller-given path against the workdir and refuse it outside the roots."""
+    def path(self, value: str | Path, *, must_exist: bool = False, what: str = "path",
+             kind: Literal["file", "folder"] | None = None) -> Path:
+        """Resolve a caller-given path against the workdir and refuse it outside the roots, and refuse what
+        no tool can read or write whole: a name with a NUL byte or not valid UTF-8 (state and answers are
+        UTF-8 JSON), and a FIFO, socket or device (reading a FIFO blocks until a writer comes). `kind`
+        ("file" or "folder"): what an existing path must be (an output written as a file over a folder
+        fails only once the data is written)."""
+        text = str(value)
+        if "\0" in text:
+            raise ACIError(f"{what} {value!r} contains a NUL byte, which no file name can hold")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ACIError(f"{what} {value!r} is not valid UTF-8 (a lone surrogate, or the bytes of a name in "
+                           f"another encoding); rename the file to a UTF-8 name") from None
         p = Path(value).expanduser()
-        p = (p if p.is_absolute() else self.workdir / p).resolve()
-        if not any(p == r or r in p.parents for r in self.roots):
+        try:
+            p = (p if p.is_absolute() else self.workdir / p).resolve()
+            looped = p.is_symlink()  # resolved, yet a link: a loop (Python 3.13 and later)
+        except RuntimeError:  # a loop of links, before Python 3.13
+            looped = True
+        except OSError as e:  # a name or path too long, a folder that cannot be read
+            raise ACIError(f"{what} {value!r} cannot be used: {e.strerror}") from None
+        if looped:
+            raise ACIError(f"{what} {value!r} is a loop of symbolic links (each points on to the next, back to the "
+                           f"first)")
+        if not inside(p, self.roots):
             allowed = ", ".join(str(r) for r in self.roots)
             raise ACIError(f"{what} {value!r} resolves to {p}, outside the allowed roots ({allowed}); "
                            f"add a root with {ROOTS_ENV} if it is meant to be used")
         if must_exist and not p.exists():
             raise ACIError(f"{what} {value!r} does not exist ({p})")
+        regular_only(p, what)
+        if kind == "file" and p.is_dir() or kind == "folder" and p.exists() and not p.is_dir():
+            raise ACIError(f"{what} {value!r} is {'a folder' if p.is_dir() else 'a file'} ({p}); a {kind} is needed "
+                           f"here")
         return p
+
+    def check_links(self, folder: Path, what: str) -> None:
+        """Refuse a model folder holding a symbolic link that resolves outside the roots (`aci.files`)."""
+        found = links_outside(folder, self.roots)
+        if found:
+            name, target = found[0]
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            raise ACIError(f"{what} {folder}: {name} is a symbolic link to {target}, outside the allowed roots "
+                           f"({', '.join(str(r) for r in self.roots)}){more}; a model folder's files must lie "
+                           f"inside them: copy the file in instead of linking it, or add a root with {ROOTS_ENV}")
 
     def require_card(self) -> records.RunCard:
         if not self.card:

@@ -35,10 +35,6 @@ def gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
-def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
-
-
 def _advice(where: Path) -> str:
     return (f"free space on the disk holding {where}: delete checkpoints you will not evaluate or promote "
             f"(rm -r checkpoints/<job>/checkpoint-<step>; train keeps the last --keep-checkpoints of a job), and "

@@ -36,6 +36,8 @@ def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str
         return ["No run card yet: run aci plan init first."]
     out = []
     clk = ctx.clock
+    if clk.note:  # timer.sh failed: say whose deadline every figure now follows
+        out.append(clk.note)
     gate_map = gate_map or gates(ctx)
     if clk.in_reserve():
         out.append("Final reserve: final_model passed finalize; the run is complete." if gate_map["finalized"].passed
@@ -53,7 +55,9 @@ def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str
         out.append("No final_model yet: promote the first checkpoint that beats the base model.")
     elif not clk.in_reserve():
         g = goal(ctx)
-        if g.stretch:
+        if g.source == "top of the scale":  # nothing above it to improve: say what is left to confirm or do
+            out.append(f"{g.text[:1].upper()}{g.text[1:]} (rule never-stop-early).")
+        elif g.stretch:
             out.append(f"{g.text[:1].upper()}{g.text[1:]}: keep improving until the final reserve "
                        f"(rule never-stop-early).")
     weakened = rules_weakened(ctx)

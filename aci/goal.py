@@ -6,8 +6,9 @@ official instruct model's score, say) is a milestone, not a finish line: once th
 it, the goal becomes the next target the benchmark card recorded (`aci log-state append --kind
 benchmark-card --data '{"targets": [{"value": 0.92, "note": "..."}]}'`), else the best score plus the
 profile's `stretch_margin`. A best score at the top of the scale (1.0) has no stretch above it: the goal
-is then to confirm it on every item. Derived from state on every call, like everything in
-`aci.progress`.
+is then to confirm it where that is not done yet (on every item; with more trials unless decoding is
+greedy, whose trials are identical), and once it is, what remains worth doing (rules.yaml
+`top_of_scale`). Derived from state on every call, like everything in `aci.progress`.
 """
 
 from __future__ import annotations
@@ -66,10 +67,39 @@ def goal(ctx: Context) -> Goal:
                                         "and set the instruct model's score as the target (aci plan update --targets)")
     lead = f"target {_fmt(met[-1])} met, so the run goes on" if met else "no target set"
     if best >= 1.0:
+        missing = unconfirmed(ctx)
+        rest = (' and '.join(missing) if missing else
+                "confirmed on every item; what remains is to check that it holds beyond this data")
         return Goal(source="top of the scale", met=met, stretch=bool(met),
-                    text=f"{lead}: final_model scores {_fmt(best)}, the top of the scale; confirm it on every item "
-                         f"and with more trials, and keep the best model safe")
+                    text=f"{lead}: final_model scores {_fmt(best)}, the top of the scale; {rest}, and keep the "
+                         f"best model safe")
     margin = ctx.rules.profile.stretch_margin
     value = min(best + margin, 1.0) if best <= 1.0 else best * (1 + margin)
     return Goal(value=round(value, 6), source=f"best + {margin:g}", met=met, stretch=True,
                 text=f"{lead}: next goal {_fmt(value)} (best {_fmt(best)} + {margin:g})")
+
+
+def unconfirmed(ctx: Context) -> list[str]:
+    """What the best model's evaluations have not shown yet, in words: a score on every item (the limit -1,
+    or the benchmark's size), and, unless decoding is greedy (trials then are identical: two that scored
+    the same show it, as do `@greedy` settings or the benchmark card's `decoding`), several trials."""
+    from aci import records
+
+    best = ctx.best
+    if best is None:
+        return []
+    mine = [e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "evaluated" and not e.get("error")
+            and e.get("checkpoint") == best.checkpoint and e.get("score") is not None]
+    size = ctx.card.benchmark_size if ctx.card else None
+    every = any(e.get("limit") == -1 or size and (e.get("samples") or 0) >= size for e in mine)
+    trials = [e["scores"] for e in mine if len(e.get("scores") or []) > 1]
+    greedy = best.checkpoint.endswith("@greedy") or benchmark_card(ctx).get("decoding") == "greedy" or \
+        any(len(set(s)) == 1 for s in trials)
+    out = []
+    if not every:
+        out.append(f"evaluate it on every item (aci eval-checkpoint evaluate --checkpoint {best.checkpoint} "
+                   f"--limit -1)")
+    if not greedy and not trials:
+        out.append(f"{'' if out else 'evaluate it '}with --trials 3 if its decoding samples (greedy trials are "
+                   f"identical)")
+    return out

@@ -7,12 +7,18 @@ the final reserve. In the reserve it blocks once more while `aci finalize` has n
 Claude Code `Stop` hook calls `aci guard stop`; a `{"decision": "block", "reason": ...}` answer sends the
 agent back to work with the reason as its next instruction.
 
+A run must also end visibly: a judge reading the transcript counts an end without a stated reason against
+it. So when stopping becomes fine, the guard journals why (`end_state`) and sends the agent back once to
+say so in its last message; `finalize` passing in the reserve says the same, for agents without a Stop
+hook; and whoever started the agent journals how it ended (`aci guard end`, from the PostTrainBench
+integrations), so the journal's last entry names the reason.
+
 Before the reserve the guard ignores `stop_hook_active` (Claude Code keeps it set for the rest of a session
-once a hook has sent it back), so it needs its own way out of a loop: when the model API fails, Claude Code
-2.0.55 (the PostTrainBench image's) ends each turn with the error and runs the Stop hook again, about once
-a second, until the deadline. The guard therefore records its blocks (`guard.json` in the state folder) and
-lets the stop through, journaled, after `BLOCK_CAP` blocks in a row within `BLOCK_WINDOW` with no tool call
-in the session's transcript and no journal event in between: the cap Claude Code 2.1 applies itself
+once a hook has sent it back), so it needs its own way out of a loop: when the model API fails, older
+Claude Code releases (2.0) end each turn with the error and run the Stop hook again, about once a second,
+until the deadline. The guard therefore records its blocks (`guard.json` in the state folder) and lets the
+stop through, journaled, after `BLOCK_CAP` blocks in a row within `BLOCK_WINDOW` with no tool call in the
+session's transcript and no journal event in between: the cap Claude Code 2.1 applies itself
 (`CLAUDE_CODE_STOP_HOOK_BLOCK_CAP`, 8 consecutive blocks without a tool call), where 2.1 also runs
 `StopFailure` hooks instead of `Stop` after an API error.
 """
@@ -33,6 +39,7 @@ from aci.state import JOURNAL, atomic_write_json, iso, now, parse_ts, read_json
 BLOCK_CAP = 8
 BLOCK_WINDOW = timedelta(minutes=5)
 RECORD = "guard.json"  # the current run of blocks: session, times, journal size, transcript offset
+END = "end"  # the journal kind of an entry that says why the run ends
 _TRANSCRIPT_READ_MAX = 4 << 20  # more than this appended since the last block is activity in itself
 
 
@@ -45,12 +52,11 @@ def stop_decision(ctx: Context, hook: dict | None = None) -> dict | None:
     work_left = clk.left_for_work()
     if work_left is None:
         return None
-    best = ctx.best
-    best_txt = f"best {best.checkpoint} = {best.score:.4g}" if best else "no final_model promoted yet"
+    best_txt = _best_text(ctx)
     if work_left.total_seconds() <= 0:
         left = clk.left()
         if gates(ctx)["finalized"].passed or hook.get("stop_hook_active") or not left:
-            return None
+            return _closing(ctx)
         return {"decision": "block", "reason": (
             f"Final reserve, {clock.fmt(left)} left: before stopping, run aci finalize on final_model ({best_txt}) "
             f"and fix what it flags; stopping is fine once it passes.")}
@@ -66,6 +72,62 @@ def stop_decision(ctx: Context, hook: dict | None = None) -> dict | None:
             f"{best_txt}; {why} (rule never-stop-early). Next: {next_actions(ctx)[0]}"
         ),
     }
+
+
+def end_state(ctx: Context) -> str:
+    """Where the run stands as it ends: the time left and what final_model holds, from state."""
+    clk = ctx.clock
+    left, work_left = clk.left(), clk.left_for_work()
+    if left is None:
+        when = "no deadline is known"
+    elif not left:
+        when = "the deadline has passed"
+    elif not work_left:
+        when = f"the final reserve has begun ({clock.fmt(left)} left)"
+    else:
+        when = f"{clock.fmt(left)} are left, {clock.fmt(work_left)} of them before the final reserve"
+    if ctx.best is None:
+        model = "no final_model has been promoted"
+    elif gates(ctx)["finalized"].passed:
+        model = f"final_model passed finalize ({_best_text(ctx)})"
+    else:
+        model = f"finalize has not passed on final_model ({_best_text(ctx)})"
+    return f"{when}; {model}"
+
+
+def closing_note(ctx: Context) -> str | None:
+    """What an agent in the final reserve is told once stopping is fine (None before the reserve)."""
+    work_left = ctx.clock.left_for_work()
+    if not ctx.card or work_left is None or work_left.total_seconds() > 0:
+        return None
+    return (f"Stopping is fine now: {end_state(ctx)}. Make your last message say that this is why the run "
+            f"ends, then stop.")
+
+
+def end_of_run(ctx: Context, how: str) -> str | None:
+    """Journal how the run ended (`how`: who or what ended the agent) and where it stood; None without a run."""
+    if not ctx.card:
+        return None
+    message = f"Run ended: {how.strip().rstrip('.')}; {end_state(ctx)}"
+    with ctx.state.event(END, message, tool="guard", data={"how": how}):
+        pass
+    return message
+
+
+def _closing(ctx: Context) -> dict | None:
+    """Once per run, when stopping is fine: journal why and send the agent back to state it in its last
+    message. Afterwards (the reason journaled) stopping goes through."""
+    if any(e.get("kind") == END for e in ctx.state.journal()):
+        return None
+    note = closing_note(ctx)
+    with ctx.state.event(END, f"Stop guard: stopping is fine: {end_state(ctx)}", tool="guard"):
+        pass
+    return {"decision": "block", "reason": note}
+
+
+def _best_text(ctx: Context) -> str:
+    best = ctx.best
+    return f"best {best.checkpoint} = {best.score:.4g}" if best else "no final_model promoted yet"
 
 
 def _stuck(ctx: Context, hook: dict) -> bool:

@@ -16,8 +16,9 @@ read none of it as instructions).
 
 Where the agents read them, checked with their CLIs (tests/test_agent_clis.py): Claude Code 2.0.55 and
 2.1 approve a project `.mcp.json` server listed in `enabledMcpjsonServers` of `.claude/settings.json`
-(2.1 once the folder is trusted); Codex 0.79 reads skills from `.codex/skills` and `$CODEX_HOME/skills`
-only (0.171 also `.agents/skills`), and passes an MCP server only the variables named in `env_vars`.
+(2.1 once the folder is trusted); Codex 0.144 and 0.171 read skills from `.codex/skills` (also when
+CODEX_HOME points elsewhere) and `$CODEX_HOME/skills`, pass an MCP server only the variables named in
+`env_vars`, and wait for it before the first turn only when it is `required`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ CODEX_ENV_VARS = ("HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORM
                   "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "NUM_GPUS",
                   "PYTHONNOUSERSITE", "VLLM_API_KEY", "TMPDIR")
 CODEX_STARTUP_TIMEOUT_S = 60  # the default 10 s is tight for a first start on a busy machine
+# `required`: Codex (0.171) starts the first turn before an optional server is up, without its tools.
 
 POINTER = """{begin}
 ## Post-training with posttrain-aci
@@ -74,7 +76,7 @@ class _Layout:
 
     def __init__(self, agent: str, wd: Path, global_config: bool):
         if agent not in AGENTS:
-            raise ACIError(f"unknown agent {agent!r}: use claude-code, codex or opencode")
+            raise ACIError(f"unknown agent {agent!r}: use one of {', '.join(AGENTS)}")
         home = Path(os.environ.get("HOME", "~")).expanduser()
         self.root = home if agent == "codex" and global_config else wd  # what removal never deletes
         codex_root = self.root / ".codex"
@@ -326,7 +328,7 @@ def _codex_mcp(path: Path, wd: Path, state: str | None) -> Path:
     block = [f"[mcp_servers.{SERVER}]", f"command = {_toml_str(cmd)}",
              "args = [" + ", ".join(_toml_str(a) for a in args) + "]",
              "env_vars = [" + ", ".join(_toml_str(v) for v in CODEX_ENV_VARS) + "]",
-             f"startup_timeout_sec = {CODEX_STARTUP_TIMEOUT_S}"]
+             f"startup_timeout_sec = {CODEX_STARTUP_TIMEOUT_S}", "required = true"]
     if env:
         block.append("env = { " + ", ".join(f"{k} = {_toml_str(v)}" for k, v in env.items()) + " }")
     body = _without_codex_block(path, path.read_text() if path.exists() else "")

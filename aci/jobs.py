@@ -8,7 +8,9 @@ default where the run's final reserve starts, see `Clock.job_stop`), so no train
 or measurement runs past it whatever the job's own code does. The job itself reports progress by writing
 `progress.json` (see `write_progress`). A job whose supervisor vanished without `exit.json` (SIGKILL, OOM
 killer, machine restart) is reported failed, with the tail of its log, and `reap()` records that verdict
-in state so it survives. Processes are recognised by pid *and* start time, so a recycled pid never makes
+in state so it survives; the job's command dies with its supervisor (a parent-death signal), what is left
+of its process group is killed when the job is next looked at, and a command that outlived its supervisor
+anyway is held to its stop time by `view()`. Processes are recognised by pid *and* start time, so a recycled pid never makes
 a dead job look alive.
 
 Folder `jobs/<id>/`: `job.json` (command, config, pids), `config.json` (the resolved config the job
@@ -32,13 +34,14 @@ from pydantic import BaseModel, Field
 
 from aci import records
 from aci.errors import ACIError
-from aci.processes import alive, signal_group, start_time
+from aci.processes import alive, carrying, signal_group, start_time
 from aci.state import State, atomic_write_json, iso, now, read_json
 
 STOP_GRACE_S = 20.0
 # Seconds between SIGTERM and SIGKILL at a job's stop time: a training job saves a last checkpoint then.
 DEADLINE_GRACE_S = {"train": 120.0}
 DEFAULT_DEADLINE_GRACE_S = 30.0
+JOB_DIR_ENV = "ACI_JOB_DIR"  # the job's folder, in the environment of everything the job runs
 RUN_CLOCK = "run"  # `start(stop_at=RUN_CLOCK)`: the stop time the run's clock gives a job started now
 
 
@@ -105,7 +108,7 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         dumped = record.model_dump(mode="json") | {"grace_s": grace, "stop_at": iso(stop_at) if stop_at else None}
         w.write_json(f"{rel}/job.json", dumped | {"cwd": str(cwd)})
         log = open(folder / "log", "ab")
-        full_env = {**os.environ, **(env or {}), "ACI_JOB_DIR": str(folder), "ACI_STATE": str(state.root),
+        full_env = {**os.environ, **(env or {}), JOB_DIR_ENV: str(folder), "ACI_STATE": str(state.root),
                     "PYTHONUNBUFFERED": "1"}
         sup = subprocess.Popen(
             [sys.executable, "-m", "aci.supervisor", str(folder)],
@@ -149,9 +152,9 @@ def view(state: State, job_id: str) -> JobView:
     if ex:
         status, ended, reason = ex["status"], ex["ended_at"], ex.get("reason")
     elif _running(job):
-        status, ended, reason = "running", None, None
+        status, ended, reason = "running", None, _hold_unwatched(folder, job)
     else:
-        status, ended, reason = "failed", None, _vanished(progress)
+        (status, reason), ended = _unrecorded_end(folder, job, progress), None
     return JobView(
         id=job_id, kind=job["kind"], status=status, started_at=job["started_at"], ended_at=ended,
         pid=job.get("pid"), progress=progress, reason=reason, folder=str(folder),
@@ -166,7 +169,42 @@ def _running(job: dict) -> bool:
 def _vanished(progress: dict) -> str:
     last = f"; last progress: step {progress.get('step')}/{progress.get('total_steps')} ({progress.get('phase')})" \
         if progress else ""
-    return f"the job's processes are gone without an exit status (killed: SIGKILL, out of memory?){last}"
+    return (f"the job's supervisor is gone without an exit status (killed: SIGKILL, out of memory?) and the job "
+            f"ended with it (the kernel kills a job's command when its supervisor dies), so it did not finish: "
+            f"treat what it wrote as partial{last}")
+
+
+def _hold_unwatched(folder: Path, job: dict) -> str | None:
+    """A job running without its supervisor (which could not give it a parent-death signal): held to its stop
+    time here, SIGTERM at `stop_at` and SIGKILL `grace_s` later, as the supervisor would have. None while
+    the supervisor watches it, else what is being done."""
+    if alive(job.get("supervisor_pid"), job.get("supervisor_start")) or not job.get("stop_at"):
+        return None
+    from aci.state import parse_ts
+
+    stop_at, grace = parse_ts(job["stop_at"]), float(job.get("grace_s") or DEFAULT_DEADLINE_GRACE_S)
+    if now() < stop_at:
+        return f"its supervisor is gone; aci stops it at its stop time {job['stop_at']}"
+    if not (folder / "stop").exists():
+        atomic_write_json(folder / "stop", {"requested_at": iso(), "reason": (
+            f"reached its stop time {job['stop_at']} after its supervisor was gone (SIGTERM, SIGKILL after "
+            f"{grace:g} s)")})
+    signal_group(job["pid"], signal.SIGKILL if (now() - stop_at).total_seconds() >= grace else signal.SIGTERM)
+    return f"past its stop time {job['stop_at']} without its supervisor: being stopped"
+
+
+def _unrecorded_end(folder: Path, job: dict, progress: dict) -> tuple[str, str]:
+    """How a job ended whose supervisor vanished without `exit.json`. What is left of it (its command's own
+    children, which no parent-death signal reached) is killed first, so nothing of it runs on unwatched."""
+    for pid in carrying(f"{JOB_DIR_ENV}={folder}".encode()) if job.get("supervisor_pid") else []:
+        try:  # (no supervisor_pid yet: `start` is launching it, under the state lock, and nothing has died)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    stop = read_json(folder / "stop") if (folder / "stop").exists() else None
+    if stop is not None:
+        return "stopped", f"{stop.get('reason') or 'stop requested'}; no exit status (its supervisor was gone)"
+    return "failed", _vanished(progress)
 
 
 class _AlreadyEnded(Exception):
@@ -193,14 +231,16 @@ def reap(state: State) -> list[str]:
             continue
         if job is None or (d / "exit.json").exists() or _running(job):
             continue
+        status, reason = _unrecorded_end(d, job, read_json(d / "progress.json") or {})
         try:
-            with state.event(job["kind"], f"job {job['id']} failed: processes vanished", tool=job["kind"],
+            with state.event(job["kind"], f"job {job['id']} {status}: its supervisor vanished", tool=job["kind"],
                              data={"job": job["id"]}) as w:
                 if (d / "exit.json").exists():  # the supervisor finished after all: log nothing
                     raise _AlreadyEnded
-                reason = _vanished(read_json(d / "progress.json") or {})
-                w.write_json(f"{records.JOBS}/{job['id']}/exit.json", exit_record(None, "failed", reason))
-                w.track(f"{records.JOBS}/{job['id']}/job.json")  # with the pid its supervisor recorded
+                w.write_json(f"{records.JOBS}/{job['id']}/exit.json", exit_record(None, status, reason))
+                for name in ("job.json", "stop"):  # job.json: with the pid its supervisor recorded
+                    if (d / name).exists():
+                        w.track(f"{records.JOBS}/{job['id']}/{name}")
         except _AlreadyEnded:
             continue
         (d / END_PENDING).unlink(missing_ok=True)
@@ -281,7 +321,7 @@ def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:
 
 def write_progress(fields: dict[str, Any], folder: str | Path | None = None) -> None:
     """Called from inside a job (e.g. a trainer callback): replace `progress.json` atomically."""
-    folder = Path(folder or os.environ.get("ACI_JOB_DIR", ""))
+    folder = Path(folder or os.environ.get(JOB_DIR_ENV, ""))
     if not str(folder):
         return
     atomic_write_json(folder / "progress.json", {**fields, "updated_at": iso()})

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from aci import records
+from aci.errors import ACIError
 from aci.state import State, iso
 
 SECTIONS = ("histogram", "verify", "contamination")
@@ -20,7 +21,11 @@ SECTIONS = ("histogram", "verify", "contamination")
 
 def file_hash(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError:  # every data file, reference and template is pinned here first
+        raise ACIError(f"{path} is a folder; a file is needed here") from None
+    with f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

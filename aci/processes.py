@@ -5,6 +5,7 @@ imports anything else (`aci.supervisor`)."""
 from __future__ import annotations
 
 import os
+import signal
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -51,3 +52,89 @@ def signal_group(pid: int | None, sig: int) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def carrying(entry: bytes) -> list[int]:
+    """The live processes whose environment holds `entry` (a job's `ACI_JOB_DIR=<folder>`, which everything it
+    starts inherits, in its own session or not): what is left of a job whose supervisor is gone, found by
+    what it is rather than by a pid or group number that may have been reused."""
+    found = []
+    for p in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        fields = _proc_stat(int(p)) if p.isdigit() else None
+        if not fields or fields[0] in ("Z", "X"):
+            continue
+        try:
+            with open(f"/proc/{p}/environ", "rb") as f:
+                if entry in f.read().split(b"\0"):
+                    found.append(int(p))
+        except OSError:
+            continue
+    return found
+
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def dies_with_parent(sig: int = signal.SIGKILL):
+    """A `preexec_fn` for `subprocess.Popen`: the kernel sends the child `sig` when the process that started
+    it dies (Linux's parent-death signal), so a parent killed by SIGKILL or the out-of-memory killer, which
+    runs no cleanup, leaves no child running unwatched. Looked up before the fork, so the child only calls
+    it; None where there is no `prctl` (not Linux)."""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (AttributeError, OSError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, sig)
+        if os.getppid() != parent:  # the parent died before the call: the signal can no longer come
+            os.kill(os.getpid(), sig)
+
+    return arm
+
+
+def run_briefly(argv: list[str], cwd, timeout_s: float, max_chars: int = 65536) -> tuple[int | None, str]:
+    """Run a short helper command (`timer.sh`, an eval script's `--help`) to its end or `timeout_s`:
+    (exit code, or None when it timed out, flooded its output or could not start; its stdout and stderr,
+    at most `max_chars`).
+
+    It runs in a session of its own with no stdin; its output is read as it comes, so neither a child
+    that keeps the pipe open (`sleep` in a hanging script) nor endless output can hold the caller longer
+    than `timeout_s` or fill its memory: on either, the whole group is killed."""
+    import select
+    import subprocess
+    import time
+
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument
+        return None, f"could not start: {getattr(e, 'strerror', None) or e}"
+    out, end, done = bytearray(), time.monotonic() + timeout_s, False
+    fd = proc.stdout.fileno()
+    try:
+        while len(out) <= max_chars * 4:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                done = True
+                break
+            out += chunk
+    finally:
+        proc.stdout.close()
+    if done:
+        try:
+            rc = proc.wait(timeout=max(end - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:  # closed its output but runs on
+            rc = None
+    else:
+        rc = None
+    if rc is None:
+        signal_group(proc.pid, 9)
+        proc.wait()
+    return rc, out.decode(errors="replace")[:max_chars]

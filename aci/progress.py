@@ -11,12 +11,14 @@ from pydantic import BaseModel, Field
 
 from aci import clock, jobs, manifest, records
 from aci.context import Context
-from aci.goal import BENCHMARK_CARD, Goal, goal
+from aci.goal import BENCHMARK_CARD, Goal, goal, unconfirmed
 from aci.rules import Guide
 from aci.state import iso, now, parse_ts
 
 FINALIZE = "finalize.json"
 PROFILE_CHANGE = "profile_change"  # key of a plan event's data when init --force changed the rules profile
+BASE_MODEL_CHANGE = "base_model_change"  # key of a plan event's data when init --force changed the base model
+SANDBOX = "sandbox"  # key of a sandbox event's data: graded model code ran in a partial or unsafe sandbox
 
 
 class PhaseStatus(BaseModel):
@@ -147,13 +149,17 @@ def next_actions(ctx: Context, phase_list: list[PhaseStatus] | None = None, the_
     if not ctx.card or not best or ctx.clock.in_reserve():
         return base
     g = the_goal or goal(ctx)
-    if g.source == "top of the scale":
-        lead = (f"final_model ({best.checkpoint}) scores {best.score:.4g} on {best.samples or 'some'} samples: "
-                f"evaluate it on every item (aci eval-checkpoint evaluate --checkpoint {best.checkpoint} --limit -1) "
-                f"and with --trials 3; read the failures that shows, or make the data harder and more varied.")
+    if g.source == "top of the scale":  # no failures left to read: confirm the score, then what is worth doing
+        missing = unconfirmed(ctx)
+        said = f"final_model ({best.checkpoint}) scores {best.score:.4g} on {best.samples or 'an unknown number of'} " \
+               f"samples"
+        if missing:
+            return [f"{said}: {' and '.join(missing)}; read any failures that shows.",
+                    *ctx.rules.file.top_of_scale.next]
+        return [f"{said}, on every item: nothing scores above it.", *ctx.rules.file.top_of_scale.next]
     elif g.stretch:
-        lead = (f"Target met: keep improving until the final reserve. Next goal {g.value:.4g} ({g.source}): one "
-                f"hypothesis per iteration, compared with aci eval-checkpoint compare.")
+        lead = (f"{'Target met' if g.met else 'No target set'}: keep improving until the final reserve. Next goal "
+                f"{g.value:.4g} ({g.source}): one hypothesis per iteration, compared with aci eval-checkpoint compare.")
     else:
         return base
     return [lead, *base]
@@ -165,14 +171,20 @@ def finalized_at(gate_map: dict[str, Gate]) -> str | None:
 
 
 def rules_weakened(ctx: Context) -> list[str]:
-    """Each switch of the rules profile that weakened them (`plan init --force` with another profile), from
-    the journal: the run card then no longer says what the run started under."""
+    """Each switch that weakened the rules (`plan init --force` with another profile or base model), and each
+    grading of model code as root that `--unsafe-grader` allowed, from the journal: the run card then no
+    longer says what the run started under."""
     out = []
     for e in ctx.state.journal() if ctx.card else []:
-        change = (e.get("data") or {}).get(PROFILE_CHANGE)
-        if change and change.get("weakened"):
-            out.append(f"{e['ts']}: rules profile {change['from']} -> {change['to']}, weaker: "
-                       + "; ".join(change["weakened"]))
+        data = e.get("data") or {}
+        for key, what in ((PROFILE_CHANGE, "rules profile"), (BASE_MODEL_CHANGE, "base model")):
+            change = data.get(key)
+            if change and change.get("weakened"):
+                out.append(f"{e['ts']}: {what} {change['from']} -> {change['to']}, weaker: "
+                           + "; ".join(change["weakened"]))
+        box = data.get(SANDBOX)
+        if box and box.get("kind") == "unsafe":
+            out.append(f"{e['ts']}: {e.get('tool')} --unsafe-grader ran model code as root ({box.get('note')})")
     return out
 
 
@@ -247,7 +259,7 @@ class Summary(BaseModel):
     rules_now: list[str] = Field(default_factory=list, description="the rules that apply at this point")
     goal: Goal | None = Field(None, description="what the run aims at now: a target, or a stretch goal once met")
     plainly: list[str] = Field(default_factory=list, description="where the run stands, in plain sentences")
-    rules_weakened: list[str] = Field(default_factory=list, description="profile switches that weakened the rules")
+    rules_weakened: list[str] = Field(default_factory=list, description="profile or base-model switches that weakened the rules")
 
 
 def summarise(ctx: Context, last: int = 10) -> Summary:

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass
 
 from aci import bundle
+from aci.graders import SPEC_HELP
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ ARGUMENTS: dict[str, tuple[Argument, ...]] = {
     "self-improvement": (
         Argument("tasks", "JSONL of training problems (task records) to sample answers for"),
         Argument("checkpoint", "the model to sample from (default: the current best)"),
-        Argument("grader", "grader for problems that name none, e.g. last-number or choice"),
+        Argument("grader", f"grader for problems that name none: {SPEC_HELP}"),
     ),
     "tool-use-synthesis": (
         Argument("benchmark", "the tool-use benchmark the data must match, e.g. bfcl"),

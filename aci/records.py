@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
 
+from aci.rules import ProfileName
 from aci.state import iso
 
 RUN_CARD = "run.json"
@@ -39,14 +40,31 @@ class Target(Record):
     value: float = Field(description="stop iterating once the promoted model reaches this score")
 
 
+class EvalOptions(Record):
+    """Which option of the eval command as typed takes each value (`aci.evaluation.options`), and how each
+    was found, so a wrong placement can be seen and corrected (`plan update --limit-option ...`)."""
+
+    typed: str = Field(description="the eval command as the user typed it")
+    help: str | None = Field(None, description="the --help command that was read, when one was")
+    help_problem: str | None = Field(None, description="why nothing could be read from it")
+    model_path: str | None = Field(None, description="option (or '(argument)') that takes the model folder")
+    limit: str | None = Field(None, description="option that takes the sample count")
+    limit_all: str | None = Field(None, description="value of the limit option that means every item")
+    output: str | None = Field(None, description="option that takes the metrics JSON file")
+    seed: str | None = Field(None, description="option that takes the seed")
+    placed_by: dict[str, str] = Field(default_factory=dict, description="role -> how it was placed")
+
+
 class RunCard(Record):
     """`run.json`: what is being post-trained, against what, until when."""
 
-    profile: Literal["posttrainbench", "default"] = "default"
+    profile: ProfileName = "default"
     base_model: str = Field(description="path or hub id of the one model that may be trained")
     benchmark: str
     eval_command: str | None = Field(None, description="with {model_path}, {limit}, {output} placeholders")
-    metric_key: str | None = Field(None, description="key of the score in the eval command's JSON")
+    eval_options: EvalOptions | None = Field(None, description="the eval command's options, as plan init placed them")
+    metric_key: str | None = Field(None, description="key of the score in the eval command's JSON (dotted for "
+                                   "nested objects)")
     template: str | None = Field(None, description="chat template (.jinja) the evaluation renders")
     grader: str | None = Field(None, description="grader spec (a name, python:mod:fn or JSON) for tasks that name "
                                                  "none: what the evaluation scores with")
@@ -64,6 +82,11 @@ class RunCard(Record):
                           "pinned at init or at the first check"
     )
     notes: str = ""
+
+
+# The kinds of event an agent journals with `log-state` (the tools journal their own: plan, train, eval, ...).
+# `aci.goal.BENCHMARK_CARD` is one of them: the card that closes recon.
+AgentKind = Literal["decision", "observation", "result", "benchmark-card", "note"]
 
 
 class JournalEvent(Record):

@@ -40,16 +40,16 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
 )
 
 
-def _bare(field: Any) -> Any:
-    ann = field.annotation
+def unwrap_optional(ann: Any) -> Any:
+    """`X` for `X | None` (or `Optional[X]`), any other annotation as it is: what a field takes when given."""
     args = [a for a in typing.get_args(ann) if a is not type(None)]
     if typing.get_origin(ann) in (typing.Union, types.UnionType) and len(args) == 1:
-        ann = args[0]
+        return args[0]
     return ann
 
 
 def _is_list(field: Any) -> bool:
-    return typing.get_origin(_bare(field)) is list
+    return typing.get_origin(unwrap_optional(field.annotation)) is list
 
 
 @functools.cache
@@ -57,7 +57,7 @@ def _spellings(model: type[BaseModel]) -> dict[str, str]:
     fields = model.model_fields
     out: dict[str, str] = dict(getattr(model, "RENAMED", {}))
     for group in SYNONYMS:
-        present = [g for g in group if g in fields and typing.get_origin(_bare(fields[g])) is not dict]
+        present = [g for g in group if g in fields and typing.get_origin(unwrap_optional(fields[g].annotation)) is not dict]
         if len(present) == 1:
             out.update({g: present[0] for g in group if g not in fields})
     for name, f in fields.items():

@@ -13,14 +13,17 @@ import math
 import re
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aci import bundle
 from aci.errors import ACIError
 
-PROFILES = ("posttrainbench", "default")
+# The rules profiles, named once: the run card, `plan --profile` and this module take these names, and a
+# test holds `rules/rules.yaml` to defining exactly them.
+ProfileName = Literal["posttrainbench", "default"]
+PROFILES: tuple[str, ...] = get_args(ProfileName)
 RULES_ENV = "ACI_RULES"
 
 
@@ -68,6 +71,36 @@ class Phase(_Strict):
     gate: str
 
 
+class BenchmarkSeeds(_Strict):
+    """One benchmark's seed counts in a profile's final evaluation, where they differ from its default."""
+
+    match: str = Field(description="regular expression matched against the run card's benchmark name")
+    seeds: int | None = Field(None, ge=1, description="seeds for a sampled model (default: final_eval.seeds)")
+    greedy_seeds: int | None = Field(None, ge=1, description="seeds for a greedy model (default: as sampled)")
+    why: str = Field("", description="the reason, in words, when the count does not follow from the decoding")
+
+
+class FinalEval(_Strict):
+    """How the final evaluation scores final_model under this profile: it runs the benchmark once per seed
+    and takes the mean, so a sampled model is judged by its mean and a greedy one, where a benchmark
+    allows it, by one run. Set by the profile's authors from the task's harness; `finalize` states it."""
+
+    seeds: int = Field(ge=1, description="seeds the final evaluation runs, and averages, for a sampled model")
+    greedy_below: float = Field(gt=0, description="a generation_config.json temperature below this decodes "
+                                                  "greedily (vLLM's sampling epsilon)")
+    default_temperature: float = Field(gt=0, description="the temperature vLLM samples at when "
+                                                         "generation_config.json sets none")
+    benchmarks: list[BenchmarkSeeds] = Field(default_factory=list)
+
+    def for_benchmark(self, name: str) -> tuple[int, int, str, bool]:
+        """(seeds when sampled, seeds when greedy, why, whether the benchmark is listed) for `name`."""
+        for b in self.benchmarks:
+            if re.search(b.match, name):
+                sampled = b.seeds or self.seeds
+                return sampled, b.greedy_seeds or sampled, b.why, True
+        return self.seeds, self.seeds, "", False
+
+
 class Profile(_Strict):
     description: str
     strict: bool = Field(description="the integrity profile: stricter checks where a tool offers a choice")
@@ -87,6 +120,8 @@ class Profile(_Strict):
     forbidden_datasets: list[str]
     forbidden_patterns: list[str]
     phases: list[Phase] = Field(min_length=1)
+    final_eval: FinalEval | None = Field(None, description="how the final evaluation scores final_model; none "
+                                                           "when the profile does not know it")
 
     def reserve_min(self, budget_min: float | None = None) -> float:
         """The final reserve of a run of `budget_min` minutes (default: the profile's budget): the smaller of
@@ -140,6 +175,8 @@ class RulesFile(_Strict):
     version: Literal[1]
     rules: list[Rule] = Field(min_length=1)
     before_run_card: Guide
+    top_of_scale: Guide = Field(description="next actions once the best model scores the top of the scale and "
+                                            "that is confirmed: no failures are left to read")
     phases: dict[str, PhaseGuide] = Field(min_length=1, description="what each phase name means, shared by the "
                                                                     "profiles")
     profiles: dict[str, Profile]
@@ -265,7 +302,7 @@ def _check_references(data: RulesFile, path: Path) -> None:
     def fail(field: str, message: str) -> ACIError:
         return ACIError(f"rules file {path}: field {field}: {message}")
 
-    for field, guide in [("before_run_card", data.before_run_card),
+    for field, guide in [("before_run_card", data.before_run_card), ("top_of_scale", data.top_of_scale),
                          *((f"phases.{n}", g) for n, g in data.phases.items())]:
         unknown = [r for r in guide.rules if r not in ids]
         if unknown:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import re
 import shlex
+from datetime import timedelta
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from aci import manifest, records
 from aci import rules as rules_mod
-from aci.clock import parse_deadline, read_timer
+from aci.clock import fmt, parse_deadline, read_timer
 from aci.contamination import shared
 from aci.context import Context
 from aci.errors import ACIError
-from aci.progress import PROFILE_CHANGE
-from aci.state import iso, now
+from aci.progress import BASE_MODEL_CHANGE, PROFILE_CHANGE
+from aci.state import iso, now, parse_ts
 from aci.training import gates as train_gates
 
 FAMILIES = ("qwen", "llama", "gemma", "smollm", "mistral", "phi")
@@ -37,16 +40,13 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
         guess = guess_template(ctx, card["base_model"], card.get("eval_command"))
         if guess:
             card["template"] = guess
-    remaining = read_timer(ctx.workdir)
-    if remaining is not None:
-        card["deadline"] = (now() + remaining).isoformat(timespec="seconds")
-        if "budget_hours" not in fields:
-            card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
+    warnings: list[str] = []
+    warnings += _set_deadline(card, fields, timer_remaining(ctx, warnings))
     card["protected"] = protected_digests(ctx, rules.protected())
     provided = shared.beside(ctx.workdir, shared.ITEMS)  # the task's own test items, when it provides them
     if "reference" in card or provided:
         card["reference"] = train_gates.pin_reference(ctx, card.get("reference") or str(provided), None)
-    warnings = check_fields(ctx, card)
+    warnings += check_fields(ctx, card)
     if provided and "reference" not in fields:
         warnings.append(f"pinned the task's provided test items {provided} as the contamination reference")
     message = f"run card: {card['base_model']} on {card['benchmark']}"
@@ -58,8 +58,59 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
             warnings.append(f"the rules profile changed from {change['from']} to {change['to']} mid-run, which "
                             f"weakens them: {'; '.join(change['weakened'])}. The journal keeps this and status "
                             f"shows it for the rest of the run")
+    switched = base_model_change(ctx, card["base_model"])
+    if switched:
+        message += f" (base model {switched['from']} -> {switched['to']})"
+        event_data = {**event_data, BASE_MODEL_CHANGE: switched}
+        warnings.append(f"the base model changed from {switched['from']!r} to {switched['to']!r} mid-run: "
+                        f"{switched['weakened'][0]}. The journal keeps this and status shows it for the rest of "
+                        f"the run")
     _write(ctx, card, message, event_data)
     return warnings
+
+
+def timer_remaining(ctx: Context, warnings: list[str]) -> timedelta | None:
+    """What timer.sh says is left (None without one); a failing timer is a warning here, not an error."""
+    try:
+        return read_timer(ctx.workdir)
+    except ACIError as e:
+        warnings.append(f"{e}: the deadline comes from --deadline or --budget-* instead (else the profile's "
+                        f"budget), and every tool falls back to it while timer.sh fails")
+        return None
+
+
+def _set_deadline(card: dict, fields: dict, remaining: timedelta | None) -> list[str]:
+    """The card's deadline and budget: timer.sh's when it answers; else the `--deadline` given, whose distance
+    from now is the budget unless one was given too (a run that started earlier); else start plus budget."""
+    warnings: list[str] = []
+    if remaining is not None:
+        if "deadline" in fields:
+            warnings.append(f"timer.sh says {fmt(remaining)} left: it sets the deadline, not --deadline "
+                            f"{fields['deadline']}")
+        card["deadline"] = (now() + remaining).isoformat(timespec="seconds")
+        if "budget_hours" not in fields:
+            card["budget_hours"] = round(remaining.total_seconds() / 3600, 3)
+    elif "deadline" in fields:
+        deadline, note = parse_deadline(str(fields["deadline"]))
+        left = deadline - now()
+        if left.total_seconds() <= 0:
+            raise ACIError(f"deadline {fields['deadline']!r} ({deadline.isoformat(timespec='seconds')}) has passed")
+        card["deadline"] = deadline.isoformat(timespec="seconds")
+        if "budget_hours" not in fields:
+            card["budget_hours"] = round(left.total_seconds() / 3600, 4)
+        warnings += [note] if note else []
+    return warnings
+
+
+def base_model_change(ctx: Context, base_model: str) -> dict | None:
+    """`init --force` over a card with another base model: from, to, and what that weakens (a checkpoint is
+    "derived from the base model" when its parent chain reaches `base`, whatever model `base` names now)."""
+    old = ctx.card.base_model if ctx.card else None
+    if not old or old == base_model:
+        return None
+    return {"from": old, "to": base_model, "weakened": [
+        "checkpoints registered before now still count as derived from `base`, which names another model now, "
+        "so rule base-model-only no longer tells them apart"]}
 
 
 def profile_change(ctx: Context, profile: str) -> dict | None:
@@ -73,14 +124,26 @@ def profile_change(ctx: Context, profile: str) -> dict | None:
 
 
 def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:
-    """Change fields of the run card (never its profile); returns warnings."""
+    """Change fields of the run card (never its profile or base model); returns warnings."""
     card = ctx.require_card().model_dump(mode="json", exclude_none=True)
     if not fields:
         raise ACIError("plan update needs at least one field to change")
     if "profile" in fields and fields["profile"] != card.get("profile"):
         raise ACIError("the rules profile is fixed at init; re-init with force=true to change it")
+    if "base_model" in fields and fields["base_model"] != card.get("base_model"):
+        raise ctx.rules.refuse("base-model-only", f"the base model is fixed at init ({card.get('base_model')!r}, "
+                               f"given {fields['base_model']!r}): every checkpoint of the run is traced to it and "
+                               f"promotion checks against it. If the card names the wrong model, `aci plan init "
+                               f"--force` with every field replaces the card, and the journal keeps the switch as "
+                               f"a weakening of the rules")
     if "reference" in fields:
         fields["reference"] = train_gates.pin_reference(ctx, fields["reference"], card.get("reference"))
+    if "deadline" in fields and "budget_hours" not in fields:  # the budget follows a new deadline
+        deadline, _ = parse_deadline(str(fields["deadline"]))
+        if deadline <= now():
+            raise ACIError(f"deadline {fields['deadline']!r} ({deadline.isoformat(timespec='seconds')}) has passed")
+        started = parse_ts(card["started_at"])
+        fields["budget_hours"] = round(max((deadline - started).total_seconds(), 60) / 3600, 4)
     card.update(fields)
     warnings = check_fields(ctx, card)
     _write(ctx, card, f"run card updated: {', '.join(sorted(fields))}", event_data)
@@ -88,7 +151,12 @@ def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:
 
 
 def _write(ctx: Context, card: dict, message: str, event_data: dict) -> None:
-    model = records.RunCard.model_validate(card)
+    try:
+        model = records.RunCard.model_validate(card)
+    except ValidationError as e:  # e.g. an empty --deadline, which check_fields has nothing to parse in
+        err = e.errors()[0]
+        raise ACIError(f"run card field {'.'.join(str(p) for p in err['loc'])}: {err['msg']} (given "
+                       f"{err.get('input')!r})") from None
     with ctx.state.event("plan", message, tool="plan", data=event_data) as w:
         w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
 
@@ -148,8 +216,9 @@ def check_fields(ctx: Context, card: dict) -> list[str]:
     cmd = card.get("eval_command")
     if cmd and "{model_path}" not in cmd:
         raise ACIError("eval_command must contain the {model_path} placeholder (and ideally {limit} and {output})")
-    if cmd and "{output}" not in cmd and not card.get("metric_key"):
-        warnings.append("eval_command has no {output} placeholder: its metrics JSON cannot be read")
+    if cmd and "{output}" not in cmd:
+        warnings.append("eval_command has no {output} placeholder: the score is read from the last JSON object the "
+                        "command prints; if it writes its metrics to a file, name that option with --output-option")
     if card.get("template"):
         ctx.path(card["template"], must_exist=True, what="template")
     if card.get("grader"):

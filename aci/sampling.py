@@ -16,6 +16,7 @@ sampling keys from the folder's generation config, so vLLM's defaults fill the r
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,8 @@ def parse(text: str) -> dict[str, Any]:
         except ValueError:
             raise ACIError(f"sampling settings {text!r}: {key} must be {'an integer' if key in _INTS else 'a number'}, "
                            f"got {raw!r}") from None
+        if not math.isfinite(value):  # vLLM cannot use it, and JSON has no Infinity or NaN to write it as
+            raise ACIError(f"sampling settings {text!r}: {key} must be a finite number, got {raw}")
         ok, want = _OK[key]
         if not ok(value):
             raise ACIError(f"sampling settings {text!r}: {key} must be {want}, got {raw}")

@@ -29,6 +29,15 @@ from aci.errors import ACIError, where
 
 STATE_ENV = "ACI_STATE"
 JOURNAL = "journal.jsonl"
+# Every event commits the journal, and git stores each version of a file whole: a journal committed as one
+# file made each commit cost the whole journal (one 8 MB event, 6 MB every later commit). So the journal
+# is closed into `journal/<n>.jsonl` (committed once, never changed) when it passes SEGMENT_BYTES, and an
+# event's data beyond EVENT_DATA_BYTES goes to `events/<event id>.json`: a commit adds about the event.
+SEGMENTS = "journal"
+SEGMENT_BYTES = 64 << 10
+EVENTS = "events"
+EVENT_DATA_BYTES = 16 << 10
+DATA_FILE = "data_file"  # key of an event's data naming the file that holds its largest values
 LOCK_TIMEOUT_S = 120.0
 _GITIGNORE = """\
 # Written by aci: lock and temporary files, and bulky or fast-changing job output.
@@ -68,6 +77,8 @@ def resolve_root(state: Path | str | None = None, workdir: Path | str | None = N
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so readers see the old or the new content, never a mix."""
+    if path.is_dir():  # the rename below would fail only after the data was written
+        raise ACIError(f"{path} is a folder; give a file name to write to")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -161,9 +172,6 @@ class State:
         self._repo = None
 
     # -- reading (no lock: every file is always whole) ------------------------------------------
-    def exists(self) -> bool:
-        return (self.root / "run.json").exists()
-
     def read(self, rel: str) -> Any:
         return read_json(self.root / rel)
 
@@ -171,8 +179,16 @@ class State:
         return read_jsonl(self.root / rel)
 
     def journal(self, last: int | None = None) -> list[dict]:
-        events = self.lines(JOURNAL)
-        return events[-last:] if last else events
+        """Every event, oldest first: the closed segments, then the open journal (read again should a
+        writer close it meanwhile)."""
+        while True:
+            closed = self._segments()
+            events = [e for p in closed for e in read_jsonl(p)] + self.lines(JOURNAL)
+            if self._segments() == closed:
+                return events[-last:] if last else events
+
+    def _segments(self) -> list[Path]:
+        return sorted((self.root / SEGMENTS).glob("*.jsonl"))
 
     # -- writing ----------------------------------------------------------------------------------
     @contextmanager
@@ -201,14 +217,16 @@ class State:
                 self._ensure_repo()
                 w = Writer(self)
                 yield w
+                event_id = uuid.uuid4().hex[:12]
                 record = {
-                    "id": uuid.uuid4().hex[:12],
+                    "id": event_id,
                     "ts": iso(),
                     "kind": kind,
                     "tool": tool,
                     "message": message,
-                    "data": {**(data or {}), **w.data},
+                    "data": self._bounded({**(data or {}), **w.data}, event_id, w),
                 }
+                self._close_segment(w)
                 append_jsonl(self.root / JOURNAL, record)
                 w.touched.add(JOURNAL)
                 self._commit(sorted(w.touched), f"{kind}: {message}")
@@ -216,6 +234,38 @@ class State:
                 if disk.is_full_error(e):
                     raise disk.full_error(e, self.root, f"recording '{kind}: {message}' in state") from None
                 raise
+
+    def _close_segment(self, w: Writer) -> None:
+        """Move a journal past `SEGMENT_BYTES` to the next `journal/<n>.jsonl` (git records a rename of the
+        same content, no new copy of it); the event then starts a new journal.jsonl."""
+        path = self.root / JOURNAL
+        if not path.exists() or path.stat().st_size < SEGMENT_BYTES:
+            return
+        (self.root / SEGMENTS).mkdir(exist_ok=True)
+        rel = f"{SEGMENTS}/{len(self._segments()) + 1:06d}.jsonl"
+        os.replace(path, self.root / rel)
+        fsync_dir(self.root)
+        w.touched.add(rel)
+
+    @staticmethod
+    def _bounded(data: dict, event_id: str, w: Writer) -> dict:
+        """`data` with its largest values moved to `events/<event_id>.json` when it is over `EVENT_DATA_BYTES`
+        as JSON; `data_file` then names that file, the keys it holds and its size."""
+        def size(v: Any) -> int:
+            return len(json.dumps(v, ensure_ascii=False, default=str).encode())
+
+        total = size(data)
+        if total <= EVENT_DATA_BYTES:
+            return data
+        inline, moved = dict(data), {}
+        for key in sorted(data, key=lambda k: size(data[k]), reverse=True):
+            if total <= EVENT_DATA_BYTES // 2:
+                break
+            total -= size(data[key])
+            moved[key] = inline.pop(key)
+        rel = f"{EVENTS}/{event_id}.json"
+        w.write_json(rel, moved)
+        return {**inline, DATA_FILE: {"path": rel, "keys": sorted(moved), "bytes": size(moved)}}
 
     # -- git ----------------------------------------------------------------------------------------
     def _ensure_repo(self) -> None:

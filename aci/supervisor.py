@@ -6,7 +6,8 @@ meanwhile goes on to the job. Then it records the job's pid, holds the job to it
 the job's process group at `stop_at`, SIGKILL `grace_s` later), waits for it, and records how it ended:
 `exit.json` first, in space reserved at launch (so a full disk cannot leave it unwritten), then the end
 event in state (which `aci.jobs.reap` retries when that commit fails). Should the supervisor itself fail
-before the job ends, it kills the job: no job runs unwatched, past its stop time.
+before the job ends, it kills the job, and should it die without a chance to (SIGKILL), the kernel kills
+the job's command with it (a parent-death signal): no job runs unwatched, past its stop time.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import sys
 import threading
 from pathlib import Path
 
-from aci.processes import signal_group, start_time
+from aci.processes import dies_with_parent, signal_group, start_time
 
 
 def main() -> int:
     folder = Path(sys.argv[1])
     command = json.loads((folder / "job.json").read_text())["command"]
-    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True,
+                             preexec_fn=dies_with_parent())
     signal.signal(signal.SIGTERM, lambda *_: signal_group(child.pid, signal.SIGTERM))
     try:
         return supervise(folder, child)

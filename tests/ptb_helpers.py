@@ -1,7 +1,8 @@
 """Running the PostTrainBench submissions the way the harness runs them (tests/test_posttrainbench.py,
-tests/test_agent_clis.py): the harness's prompt in both forms, its task folder and HOME, packed solve.sh
-files, and a Python 3.10 container without pip, venv or network. See test_posttrainbench.py for the
-harness facts this follows.
+tests/test_agent_clis.py, tests/test_harbor.py): the harness's prompt in both forms, its task folder and
+HOME (with ../test_data.json, ../contamination_check.py and ../update_agent_cli.sh beside the task), the
+API keys the agent folder's api_keys.json allows and no others, packed solve.sh files, and a Python 3.10
+container without pip, venv or network. See test_posttrainbench.py for the harness facts this follows.
 """
 
 from __future__ import annotations
@@ -22,16 +23,30 @@ PTB = ROOT / "integrations" / "posttrainbench"
 FIXTURES = ROOT / "tests" / "fixtures"
 STACK = ("torch", "transformers", "trl")
 MODEL, BENCHMARK = "Qwen/Qwen3-1.7B-Base", "GSM8K (Grade School Math 8K)"
-CLAUDE_NOTE = ("You are running non-interactively: make sure every process you start has finished before you "
-               "write your last message.")
 POINTER_START = "Before anything else, read .aci/SKILL.md and follow it"
-LAUNCH = {  # the harness's own launch lines, AGENT_CONFIG=stand-in-model, the prompt last
+LAUNCH = {  # the harness's own launch lines, AGENT_CONFIG=stand-in-model; the prompt comes on stdin
     "claude-code": ["claude", "--print", "--verbose", "--model", "stand-in-model", "--output-format", "stream-json",
-                    "--dangerously-skip-permissions"],
+                    "--thinking-display", "summarized", "--dangerously-skip-permissions"],
     "codex": ["codex", "--search", "exec", "--json", "-c", "model_reasoning_summary=detailed",
               "--skip-git-repo-check", "--yolo", "--model", "stand-in-model"],
     "opencode": ["opencode", "run", "--model", "stand-in-model", "--format", "json"],
 }
+# Every key the harness may hold; the sandbox gets only those the agent folder's api_keys.json names.
+API_KEYS = ("ANTHROPIC_API_KEY", "CODEX_API_KEY", "GEMINI_API_KEY", "OPENAI_API_KEY", "OPENCODE_API_KEY", "ZAI_API_KEY",
+            "MODEL_API_KEY")
+TEST_ITEMS = [{"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in "
+                           "May. How many clips did Natalia sell altogether in April and May?", "answer": "72"}]
+# The harness's CLI update, standing in for npm: it puts the "newest" CLI $1 into ~/.local/bin, replacing
+# that folder, and records it, as update_agent_cli.sh records what it installed.
+UPDATE_CLI = """#!/bin/bash
+rm -rf "$HOME/.local/bin" && mkdir -p "$HOME/.local/bin"
+printf '#!/bin/sh\nexec %s "$@"\n' "$UPDATED_CLIS/$1" > "$HOME/.local/bin/$1"
+chmod +x "$HOME/.local/bin/$1"
+echo "binary: $1 (updated into $HOME/.local/bin)" > "$HOME/cli_version.txt"
+"""
+# The shared contamination checker the harness places beside the task (its stand-in comes with the
+# contamination tests); solve.sh must leave it and the test items in place.
+CONTAMINATION_TOOL = FIXTURES / "contamination_check.py"
 TIMER = """#!/bin/bash
 
 NUM_HOURS={hours}
@@ -59,7 +74,11 @@ def render_prompt(model: str = MODEL, *, agent: str = "claude-code_aci", form: s
     for key, value in {"{model}": model, "{benchmark}": BENCHMARK, "{num_hours}": "10", "{setup_other}": "",
                        "{gpu_info}": "- One Nvidia H100 GPU.", "{datetime}": "Mon Nov 30 12:00:00 UTC 2026"}.items():
         text = text.replace(key, value)
-    if agent == "claude":
+    decontamination = ("\n## Checking training data\n- \\`../contamination_check.py\\` compares a JSONL file with the "
+                       f"{BENCHMARK} test items in \\`../test_data.json\\`: \\`python ../contamination_check.py "
+                       "--reference ../test_data.json --input data.jsonl\\`. They are there for this check only.\n")
+    text = text.replace("{decontamination_tool}", decontamination)
+    if "claude" in agent:  # get_prompt.py's rule: any agent folder whose name contains `claude`
         text += "\nThis is a non-interactive run: let every process finish before your last message.\n"
     text = text.rstrip("\n")
     if form == "evaluated":
@@ -97,8 +116,9 @@ def pack(agent: str, wheels: dict, out: Path) -> Path:
 
 
 def pack_all(tmp_path_factory, wheels: dict) -> dict:
+    """Each agent's packed folder, named as agents/ holds it: `<agent>_aci`."""
     root = tmp_path_factory.mktemp("packed")
-    return {agent: pack(agent, wheels, root / agent) for agent in LAUNCH}
+    return {agent: pack(agent, wheels, root / f"{agent}_aci") for agent in LAUNCH}
 
 
 def python310_container(tmp_path_factory) -> Path:
@@ -123,10 +143,12 @@ def python310_container(tmp_path_factory) -> Path:
 
 
 class Run:
-    """One solve.sh run in a task folder laid out as run_task.sh lays it out. The agent CLI is the
-    stand-in, or the real one from `cli_bin`."""
+    """One solve.sh run in a task folder laid out as run_task.sh lays it out: HOME holds the task folder,
+    the test items, the shared contamination checker and (unless `update=False`, as on the harness's
+    older branches) the CLI update script. The agent CLI is the stand-in, or the real one from `cli_bin`;
+    the update script puts the same CLI, "updated", first on PATH in ~/.local/bin."""
 
-    def __init__(self, root: Path, agent: str, cli_bin: Path | None = None):
+    def __init__(self, root: Path, agent: str, cli_bin: Path | None = None, *, update: bool = True):
         self.agent, self.home = agent, root / "home"
         self.task, self.bin, self.record_path = self.home / "task", root / "bin", root / "record.json"
         (self.task / "templates").mkdir(parents=True)
@@ -137,6 +159,12 @@ class Run:
         (self.home / ".codex" / "config.toml").write_text(  # the harness's, for Codex and its judge
             f'[projects."/home/"]\ntrust_level = "trusted"\n\n[shell_environment_policy]\ninherit = "all"\n'
             f'set = {{ PATH = "/usr/local/bin:/usr/bin:/bin", HOME = "{self.home}" }}\n')
+        (self.home / "test_data.json").write_text(json.dumps(TEST_ITEMS))
+        if CONTAMINATION_TOOL.exists():
+            shutil.copy(CONTAMINATION_TOOL, self.home / "contamination_check.py")
+        if update:
+            (self.home / "update_agent_cli.sh").write_text(UPDATE_CLI)
+        self.harness_files = {p.name: p.read_bytes() for p in self.home.iterdir() if p.is_file()}
         if cli_bin:
             self.bin = cli_bin
             return
@@ -149,17 +177,21 @@ class Run:
         (self.task / "timer.sh").write_text(text or TIMER.format(hours=hours, created=created))
         (self.task / "timer.sh").chmod(0o755)
 
-    def env(self, prompt: str, python_bin: Path, **extra: str) -> dict:
-        env = {k: v for k, v in os.environ.items() if k not in ("ACI_STATE", "VIRTUAL_ENV", "PYTHONPATH")}
-        env.update(HOME=str(self.home), PATH=f"{self.bin}:{python_bin}:/usr/bin:/bin:{agent_clis.NODE22}", PROMPT=prompt,
-                   AGENT_CONFIG="stand-in-model", PYTHONNOUSERSITE="1", PIP_NO_INDEX="1", HF_HOME=str(self.home / "hf"),
-                   STAND_IN_RECORD=str(self.record_path), ANTHROPIC_API_KEY="a-key", CODEX_API_KEY="c-key",
-                   GEMINI_API_KEY="g-key", OPENAI_API_KEY="o-key")
+    def env(self, script: Path, prompt: str, python_bin: Path, **extra: str) -> dict:
+        """The sandbox's environment: run_task.sh's PATH (~/.local/bin first), PROMPT, AGENT_CONFIG, and only
+        the API keys the agent folder's api_keys.json allows (run_task.sh stops without that file)."""
+        allowed = json.loads((script.parent / "api_keys.json").read_text())["allowed_api_keys"]
+        env = {k: v for k, v in os.environ.items() if k not in ("ACI_STATE", "VIRTUAL_ENV", "PYTHONPATH", *API_KEYS)}
+        env.update(HOME=str(self.home), PATH=f"{self.home / '.local' / 'bin'}:{self.bin}:{python_bin}:/usr/bin:/bin:"
+                   f"{agent_clis.NODE22}", PROMPT=prompt, AGENT_CONFIG="stand-in-model", PYTHONNOUSERSITE="1",
+                   PIP_NO_INDEX="1", HF_HOME=str(self.home / "hf"), STAND_IN_RECORD=str(self.record_path),
+                   UPDATED_CLIS=str(self.bin), **{k: f"{k.lower()}-value" for k in allowed})
         env.update(extra)
         return env
 
     def start(self, script: Path, prompt: str, *, python_bin: Path = Path(sys.executable).parent, net: bool = True,
               **extra: str) -> subprocess.Popen:
+        env = self.env(script, prompt, python_bin, **extra)
         if script.parent != PTB / self.agent:
             shutil.copy(script, self.home / "agent_solve.sh")
             script = self.home / "agent_solve.sh"
@@ -169,8 +201,8 @@ class Run:
                 command = ["unshare", "-n", *command]
             else:
                 extra.setdefault("PIP_INDEX_URL", "http://127.0.0.1:9/")  # nothing listens there
-        return subprocess.Popen(command, cwd=self.task, env=self.env(prompt, python_bin, **extra),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(command, cwd=self.task, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
 
     def run(self, script: Path, prompt: str, **kw) -> subprocess.CompletedProcess:
         proc = self.start(script, prompt, **kw)
@@ -209,15 +241,18 @@ class Run:
         return sorted(set(found))
 
 
-def expected_prompt(agent: str, prompt: str) -> str:
-    return prompt + (f"\n\n{CLAUDE_NOTE}" if agent == "claude-code" and "non-interactive" not in prompt else "")
+    def journal(self) -> list[dict]:
+        return [json.loads(line) for line in (self.task / "state" / "journal.jsonl").read_text().splitlines()]
+
+    def harness_files_intact(self) -> bool:
+        """The files the harness put into HOME are still there, unchanged."""
+        return all((self.home / name).read_bytes() == data for name, data in self.harness_files.items())
 
 
-def pointer_of(run: Run, agent: str, prompt: str) -> str:
-    """The one line added to the prompt when the bundle works."""
-    argv_prompt = run.record["argv"][-1]
-    base = expected_prompt(agent, prompt)
-    assert argv_prompt.startswith(base + "\n\n"), argv_prompt[-600:]
-    added = argv_prompt[len(base) + 2:]
+def pointer_of(run: Run, prompt: str) -> str:
+    """The one line added to the prompt when the bundle works; the prompt came on the CLI's stdin."""
+    given = run.record["stdin"]
+    assert given.startswith(prompt + "\n\n"), given[-600:]
+    added = given[len(prompt) + 2:]
     assert "\n" not in added and added.startswith(POINTER_START)
     return added

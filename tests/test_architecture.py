@@ -3,7 +3,9 @@
 Layers, top to bottom: the surfaces (`server`, `cli`, `commands`) > the tool adapters (`aci/tools/`) >
 the tool framework (`registry`, `envelope`) > the domain (everything else: state, rules, progress,
 training, evaluation, rollout, ...). Every import counts, also one inside a function (a lazy import is
-still an arrow), so a circle cannot hide behind one.
+still an arrow), so a circle cannot hide behind one. So does the package a `from P import x` reads: it runs
+P's `__init__` and takes x from it, so `from aci.report import plots` inside `aci/report/html.py`, whose
+package imports `html`, is a circle even though `plots` is a module.
 """
 
 from __future__ import annotations
@@ -21,17 +23,18 @@ MAX_LINES = 420
 LARGE: set[str] = set()  # modules allowed over the limit while their split is pending
 
 
-def modules() -> dict[str, Path]:
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
     out = {}
-    for p in PACKAGE.rglob("*.py"):
-        parts = p.relative_to(PACKAGE.parent).with_suffix("").parts
+    for p in package.rglob("*.py"):
+        parts = p.relative_to(package.parent).with_suffix("").parts
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
     return out
 
 
-def imports() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (`from aci import x` counts as aci.x when x is one)."""
-    mods = modules()
+def imports(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports. `from P import x` counts P (its `__init__` runs and x is
+    read from it) and P.x when x is a module."""
+    mods = modules(package)
     graph: dict[str, set[str]] = {}
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -44,9 +47,8 @@ def imports() -> dict[str, set[str]]:
                 if node.level:
                     up = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*up, base] if base else up)
-                for a in node.names:
-                    full = f"{base}.{a.name}"
-                    found.add(full if full in mods else base)
+                found.add(base)
+                found |= {f"{base}.{a.name}" for a in node.names}
         graph[name] = {m for m in found if m in mods and m != name}
     return graph
 
@@ -101,6 +103,20 @@ def test_the_graph_sees_imports():
 def test_no_import_circle():
     found = circles(imports())
     assert not found, f"import circles: {found}"
+
+
+def test_a_circle_through_a_package_init_is_seen(tmp_path: Path):
+    """The shape `aci/report` had: the package imports its module, and the module imports a sibling through
+    the package, so importing the module reads from the half-run `__init__` that imported it."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from pkg.sub.page import render\n")
+    (pkg / "sub" / "page.py").write_text("from pkg.sub import plots\n")
+    (pkg / "sub" / "plots.py").write_text("")
+    assert circles(imports(pkg)) == [["pkg.sub", "pkg.sub.page"]]
+    (pkg / "sub" / "page.py").write_text("from pkg.sub.plots import draw\n")
+    assert circles(imports(pkg)) == []
 
 
 def test_nothing_reaches_up():

@@ -401,7 +401,8 @@ def test_cli_prints_results_and_exits_2_on_errors(workdir, tiny_model):
     ok = subprocess.run([*aci, "eval-checkpoint", "evaluate", "--checkpoint", "base", "--limit", "40", "--trials", "2"],
                         cwd=workdir, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert "base: 0.2 range 0.2..0.2 on 40 samples, 2 trial(s), eval-command limit 40" in ok.stdout
+    assert "base: 0.2 range 0.2..0.2 on 40 samples, 2 trial(s) (no seed reaches the command), eval-command " \
+        "limit 40" in ok.stdout
     bad = subprocess.run([*aci, "eval-checkpoint", "compare", "--checkpoint", "base"], cwd=workdir,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "two different checkpoints" in bad.stderr
@@ -423,7 +424,8 @@ def test_comparisons_count_what_was_measured(workdir, tiny_model):
                 assert not r.is_error, r.content
                 return r.structured_content
 
-            whole = await ev(checkpoint="base")  # evaluate.py scores its default subset, reports no count
+            # a script that scores its default subset and reports no count anywhere
+            whole = await ev(checkpoint="base", command=eval_command("--no-inspect-log"))
             await ev(checkpoint="base", limit=150, trials=2)
             won = await ev(checkpoint="ck", parent="base", limit=150, trials=2, promote=True)
             return whole, won
@@ -618,7 +620,7 @@ def test_a_foreground_evaluation_is_a_job_that_outlives_the_server(workdir, tiny
 def test_full_evaluation_and_the_sample_count_the_run_reports(workdir, tiny_model):
     """Without --limit the script's own default applies (150, as GSM8K's evaluate.py); --limit -1 reaches it
     as every item; the count recorded is the one its inspect log holds, not a guess from the limit."""
-    init_run(workdir, tiny_model, command=eval_command("--inspect-log"))
+    init_run(workdir, tiny_model)
     e = call(workdir, checkpoint="base").result
     assert (e["limit"], e["samples"]) == (None, 150)
     e = call(workdir, checkpoint="base", limit=-1).result

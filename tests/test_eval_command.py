@@ -11,7 +11,8 @@ import pytest
 from aci import registry
 from aci.context import Context
 from aci.errors import ACIError
-from aci.evaluation.command import argv, translate
+from aci.evaluation.command import argv
+from aci.evaluation.translation import translate
 
 TEMPLATE = "python evaluate.py --model-path {model_path} --limit {limit} --json-output-file {output}"
 
@@ -85,7 +86,8 @@ def test_plan_init_on_an_existing_card_updates_it_and_keeps_the_base_model(workd
     assert card["base_model"] == "Qwen/Qwen3-1.7B-Base" and card["profile"] == "posttrainbench"
     assert (card["benchmark"], card["benchmark_size"], card["metric_key"]) == ("gsm8k", 1319, "accuracy")
     assert card["started_at"] == started  # the deadline and the clock stay the card's
-    assert "already existed" in out.warnings[0] and "benchmark, benchmark_size, metric_key" in out.warnings[0]
+    # eval_options: the command as typed (`--limit -1`) says what every item is, which the template did not
+    assert "already existed" in out.warnings[0] and "benchmark, benchmark_size, eval_options, metric_key" in out.warnings[0]
     assert any("kept the card's base_model" in w and "--force" in w for w in out.warnings)
     same = registry.call("plan", {"action": "init", "base_model": "Qwen/Qwen3-1.7B-Base", "benchmark": "gsm8k"},
                          Context(workdir=workdir))

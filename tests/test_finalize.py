@@ -58,6 +58,17 @@ def test_finalize_passes_a_correct_final_model_and_opens_the_gate(workdir, tiny_
     assert ctx(workdir).state.journal(1)[0]["kind"] == "finalize"
     assert gates(ctx(workdir))["finalized"].passed
     assert "final_model PASSED" in out.summary()
+    assert not any("Stopping is fine" in n for n in out.notes)  # hours left: no word of stopping
+
+
+def test_finalize_passing_in_the_final_reserve_says_stopping_is_fine_and_why(workdir, tiny_model):
+    _promoted(workdir, tiny_model, budget_hours=10)  # a reserve of 45 minutes
+    (workdir / "timer.sh").write_text('echo "Remaining time (hours:minutes):"; echo "0:20"\n')  # 20 min of 10 h
+    out = finalize(workdir)
+    assert out.passed, [i for i in out.items if not i.passed]
+    closing = [n for n in out.notes if n.startswith("Stopping is fine now: the final reserve has begun")]
+    assert closing and "final_model passed finalize (best ck = 0.6)" in closing[0], out.notes
+    assert "last message" in closing[0] and f"note: {closing[0]}" in out.summary()
 
 
 def _drop(*names):

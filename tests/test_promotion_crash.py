@@ -4,8 +4,9 @@ A process promotes two checkpoints in turn, forever (the real build, seal, swap 
 without the keep-best decision, which would stop the ping-pong). It is killed at a random instant,
 a hundred times; after each kill the folder must load (config and weights), every file must belong to
 the one version its marker names, and after the recovery any later promotion runs first, `best.json`
-must name that same version and no half-built folder may remain. Half the runs use the portable
-two-rename swap instead of the atomic directory exchange. The promoting processes are forked from one
+must name that same version and no half-built folder may remain. A third of the runs use the portable
+two-rename swap instead of the atomic directory exchange, and a third the contents swap used where
+final_model cannot be renamed (a mount point). The promoting processes are forked from one
 that imported everything once, so the kills land inside promotions, not inside Python's start-up.
 """
 
@@ -112,29 +113,33 @@ def test_sigkill_during_promotion_always_leaves_a_loadable_final_model(workdir, 
     fork(1, "1")
     assert reaped() == 0  # a first promotion, so every kill below replaces a model
     rng = random.Random(4)
-    seen, missing_before_recovery, repaired = set(), 0, 0
+    seen, missing_before_recovery, repaired, in_place = set(), 0, 0, 0
     for k in range(KILLS):
-        exchange = "1" if k % 2 == 0 else "0"
+        exchange = ("1", "0", "contents")[k % 3]
         pid = fork(0, exchange)
         time.sleep(rng.uniform(0.0, 1.2))
         os.kill(pid, signal.SIGKILL)
         assert reaped() == -signal.SIGKILL
         final = workdir / "final_model"
-        if k % 2 == 0:  # the atomic exchange never leaves the name empty, not even for an instant
+        if exchange == "1":  # the atomic exchange never leaves the name empty, not even for an instant
             assert final.is_dir()
             _check_one_version(workdir, versions)
-        elif not final.exists():
+        elif exchange == "0" and not final.exists():
             missing_before_recovery += 1
+        elif exchange == "contents":
+            assert final.is_dir()  # the folder itself never moves
         cx = ctx(workdir)
         with swap.locked(cx.state.root):
-            repaired += bool(promotion.sync(cx))
+            notes = promotion.sync(cx)
+            repaired += bool(notes)
+            in_place += any(n.startswith(("finished the interrupted", "put back", "removed leftover .aci-")) for n in notes)
         seen.add(_check_one_version(workdir, versions))
         assert cx.best.promotion_id == swap.marker(final)["promotion_id"]
         assert not [p.name for p in workdir.glob("final_model.*")]
         assert cx.state.journal()  # the state journal is still readable
     assert seen == set(versions), "the kills never let a promotion finish: the test did not exercise swaps"
     print(f"{KILLS} kills: versions seen {sorted(seen)}, final_model missing before recovery "
-          f"{missing_before_recovery}x, repairs {repaired}x")
+          f"{missing_before_recovery}x, repairs {repaired}x ({in_place}x inside a mounted-style final_model)")
     assert c.state.history()[0]  # git history of the state folder intact
     zygote.stdin.close()
     assert zygote.wait(timeout=60) == 0

@@ -217,6 +217,40 @@ def test_rollout_mcp_tool_server(workdir):
     assert shared.policy["model"] == "stub-model"
 
 
+def test_the_grader_class_decides_where_a_trajectory_is_graded(tmp_path):
+    """`Grader.inline` places the grading: on the event loop for graders that only read the response, in a
+    worker thread for the others (a command here), so a new grader runs where its class says."""
+    import asyncio
+    import threading
+
+    from aci.graders import GRADERS, parse_spec
+    from aci.rollout.endpoint import EndpointPolicy
+    from aci.rollout.loop import Rollout, default_grade, run
+
+    specs = {"fa": "final-answer", "ln": "last-number", "ch": "choice", "re": {"type": "regex", "pattern": "5"},
+             "tc": "tool-call", "cmd": {"type": "command", "command": [sys.executable, "-c", "print(1)"]}}
+    rows = [{**task(tid, "2+3?", "5"), "grader": spec} for tid, spec in specs.items()]
+    rows[4]["gold"] = {"tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}}]}
+    on_loop: dict[str, bool] = {}
+
+    def grade(t, response, tool_calls):
+        on_loop[t["id"]] = threading.current_thread() is threading.main_thread()
+        return default_grade(t, response, tool_calls)
+
+    async def roll(url: str):
+        policy = EndpointPolicy(url, "stub-model")
+        try:
+            return await run(Rollout(tasks=rows, policy=policy, out=tmp_path / "out", grade=grade))
+        finally:
+            await policy.aclose()
+
+    with OpenAIStub(lambda body: "ANSWER: 5") as stub:
+        counts = asyncio.run(roll(stub.url))
+    assert counts.ran == len(rows)
+    assert on_loop == {tid: GRADERS[parse_spec(spec)["type"]].inline for tid, spec in specs.items()}
+    assert on_loop["fa"] and not on_loop["cmd"]
+
+
 def test_rollout_through_stdio_mcp_server(workdir):
     """The tool itself, called through the real `aci serve` over stdio."""
     import anyio

@@ -26,6 +26,13 @@ def test_committed_schemas_match_the_models(tmp_path):
         assert json.loads(p.read_text()) == json.loads((ROOT / "state" / "schemas" / p.name).read_text()), p.name
 
 
+def test_rules_yaml_defines_exactly_the_profile_names():
+    """`rules.ProfileName` is what the run card and `plan --profile` accept: a profile the file adds could
+    never be chosen, and one it lacks would fail at plan init."""
+    assert sorted(rules.load_file(rules.rules_path()).profiles) == sorted(rules.PROFILES)
+    assert records.RunCard.model_fields["profile"].annotation is rules.ProfileName
+
+
 def test_profiles_load_and_the_phase_plan_fills_the_budget():
     for name in rules.PROFILES:
         prof = rules.load(name).profile
@@ -181,17 +188,44 @@ def test_stop_guard_in_final_reserve_asks_for_finalize_once(workdir):
     _init(workdir, profile="posttrainbench", budget_hours=10)  # a 10-hour run with 30 minutes left: reserve 45
     d = stop_decision(Context(workdir=workdir))
     assert d["decision"] == "block" and "aci finalize" in d["reason"]
-    assert stop_decision(Context(workdir=workdir), {"stop_hook_active": True}) is None  # never trapped
+    # Sent back already: never trapped, but told once to say why the run ends, and the reason journaled.
+    d = stop_decision(Context(workdir=workdir), {"stop_hook_active": True})
+    assert d["decision"] == "block" and d["reason"].startswith("Stopping is fine now: the final reserve has begun")
+    assert "no final_model has been promoted" in d["reason"] and "last message" in d["reason"]
+    from aci.state import State
+
+    last = State(workdir / "state").journal()[-1]
+    assert last["kind"] == "end" and "Stop guard: stopping is fine" in last["message"]
+    assert stop_decision(Context(workdir=workdir), {"stop_hook_active": True}) is None
+
+
+def test_stop_guard_once_finalize_passed_asks_for_a_last_message_that_says_why(workdir):
+    (workdir / "timer.sh").write_text('echo "Remaining time (hours:minutes):"; echo "0:30"\n')
+    _init(workdir, profile="posttrainbench", budget_hours=10)
     from aci.state import State, iso
 
     with State(workdir / "state").event("finalize", "finalize passed") as w:
         w.write_json("finalize.json", {"passed": True, "ts": iso()})
-    assert stop_decision(Context(workdir=workdir)) is None
+    d = stop_decision(Context(workdir=workdir))
+    assert d["decision"] == "block" and "m left); no final_model has been promoted" in d["reason"]
+    assert stop_decision(Context(workdir=workdir)) is None  # said once: the stop goes through
+    r = subprocess.run([sys.executable, "-m", "aci.cli", "guard", "end", "--how", "the agent exited with status 0"],
+                       capture_output=True, text=True, cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    last = State(workdir / "state").journal()[-1]
+    assert last["kind"] == "end" and last["message"] == r.stdout.strip()
+    assert last["message"].startswith("Run ended: the agent exited with status 0; the final reserve has begun")
+
+
+def test_guard_end_without_a_run_card_journals_nothing(workdir):
+    r = subprocess.run([sys.executable, "-m", "aci.cli", "guard", "end", "--how", "exited"], capture_output=True,
+                       text=True, cwd=workdir)
+    assert r.returncode == 0 and r.stdout == "" and not (workdir / "state" / "journal.jsonl").exists()
 
 
 def test_stop_guard_lets_a_session_stuck_in_failing_turns_stop(workdir):
-    """Claude Code 2.0.55 after an API error: the turn ends, Stop runs again with stop_hook_active set, and
-    the transcript gains only the error message (its own line format, as recorded from the real CLI)."""
+    """Claude Code 2.0 after an API error: the turn ends, Stop runs again with stop_hook_active set, and
+    the transcript gains only the error message (its own line format, as recorded from 2.0.55)."""
     from aci import guard
     from aci.state import State, iso, parse_ts
 

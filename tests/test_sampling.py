@@ -55,6 +55,9 @@ def test_settings_parse_name_and_read_back_as_vllm_reads_them(tmp_path, text, se
     ("temperature=0.6,beams=4", "a key vLLM reads"),
     ("temperature=0.6,temperature=0.7", "twice"),
     ("greedy,max_new_tokens=1.5", "must be an integer"),
+    ("temperature=inf", "must be a finite number, got inf"),  # issue 26 row 12: was accepted
+    ("temperature=0.6,top_p=nan", "must be a finite number"),
+    ("temperature=0.6,repetition_penalty=Infinity", "must be a finite number"),
 ])
 def test_bad_settings_are_refused_with_the_reason(text, message):
     with pytest.raises(ACIError, match=message):
@@ -117,3 +120,20 @@ def test_sampling_variants_need_the_eval_command_and_a_known_checkpoint(workdir,
     with pytest.raises(ACIError, match="must be a number"):
         call(workdir, checkpoint="base@temperature=warm", limit=40)
     assert call(workdir, checkpoint="base@greedy", limit=40).result["checkpoint"] == "base@greedy"
+
+
+def test_no_infinity_reaches_a_generation_config(tmp_path, tiny_model):
+    """Issue 26 row 12: `@temperature=inf` is refused before anything is written, and a checkpoint whose own
+    generation_config.json holds Python's non-JSON `Infinity` is refused at build, not copied on."""
+    from aci.evaluation import folder
+    from aci.evaluation.runner import EvalSpec
+
+    with pytest.raises(ACIError, match="finite"):
+        sampling.split("job/checkpoint-1@temperature=inf")
+    with pytest.raises(ValueError, match="finite"):
+        EvalSpec(evaluator="dev", temperature=float("inf"))
+    src = copy_model(tiny_model, tmp_path / "ck")
+    gen = json.loads((src / "generation_config.json").read_text())
+    (src / "generation_config.json").write_text(json.dumps({**gen, "temperature": float("inf")}))  # `Infinity`
+    with pytest.raises(ACIError, match="only finite numbers are valid JSON"):
+        folder.build(src, tmp_path / "out", base_dir=None)

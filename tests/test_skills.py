@@ -26,7 +26,7 @@ import yaml
 from pydantic import Field, create_model
 
 from aci import bundle, registry
-from tests import bundle_check
+from tests import bundle_check, bundle_provenance
 from tests.bundle_check import Doc, check, check_command, vocabulary
 
 ROOT = bundle.root()
@@ -68,32 +68,48 @@ def test_bundle_is_complete():
     assert bundle.skill_names() == sorted(["recon", "data", "tool-use-synthesis", "train", "evaluate", "submit"])
     assert bundle.workflow_names() == ["posttrain", "recover", "self-improvement", "tool-use-synthesis"]
     cards = {p.stem for p in (ROOT / "skills" / "recon" / "references").glob("*.md")}
-    assert {"aime-2025", "arena-hard-writing", "bfcl", "gpqa", "gsm8k", "healthbench", "humaneval"} <= cards
+    assert set(CARDS) <= cards
     for card in cards - {"grader-checklist", "README"}:
         text = (ROOT / "skills" / "recon" / "references" / f"{card}.md").read_text()
-        assert "Sources:" in text and "[K]" in text and "[R]" in text, f"{card}: sources not marked"
-        for section in ("What the grader wants", "Scores", "Data", "Starting recipe"):
+        # a public source, the task's own files to confirm against, and the project's defaults
+        assert "Sources:" in text and "[P]" in text and "[T]" in text, f"{card}: sources not marked"
+        for section in ("What the grader wants", "What to expect", "Data", "Starting recipe"):
             assert f"## {section}" in text, f"{card}: no '{section}' section"
 
 
-MODELS = ("Qwen3-1.7B", "Qwen3-4B", "SmolLM3-3B", "Gemma-3-4B")
-EVIDENCE = ("measured", "run record", "paper", "dataset card", "estimate")
+# Six scored benchmarks and the tool-calling card kept for users outside them.
+CARDS = ("aime-2025", "arena-hard-writing", "gpqa", "gsm8k", "healthbench", "humaneval", "tool-calling")
+SIZES = ("1-2B", "3-4B")  # recipe rows, by base-model size
+EVIDENCE = ("measured", "paper", "dataset card", "estimate")
 
 
-@pytest.mark.parametrize("card", ["aime-2025", "arena-hard-writing", "bfcl", "gpqa", "gsm8k", "healthbench", "humaneval"])
-def test_every_benchmark_has_a_recipe_per_model_with_its_evidence(card):
+def test_bfcl_is_not_a_scored_benchmark_in_the_entry_skill_or_the_strict_profile():
+    """BFCL is no longer scored: the entry skill's recipe list and the recon table name it only as the
+    tool-calling card, and the strict profile neither refuses its data nor sets a final evaluation for it."""
+    from aci import rules
+
+    recipes = (ROOT / "SKILL.md").read_text().split("## Starting recipes")[1].split("## ")[0]
+    assert "bfcl.md" not in recipes and "[tool calling](skills/recon/references/tool-calling.md" in recipes
+    strict = rules.load("posttrainbench").profile
+    assert not any("bfcl" in p.lower() or "gorilla" in p.lower() for p in strict.forbidden_datasets + strict.forbidden_patterns)
+    assert not any(b.match.lower().endswith("bfcl") for b in strict.final_eval.benchmarks)
+    assert len(strict.final_eval.benchmarks) == 6
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_every_benchmark_has_a_recipe_per_model_size_with_its_evidence(card):
     """The recipe answers what the first model needs: data by id and split, the conversion, sizes, minutes
-    from tokens and throughput, and per base model the settings and the score to expect with evidence."""
+    from tokens and throughput, and per base-model size the settings and the gain to expect with evidence."""
     text = (ROOT / "skills" / "recon" / "references" / f"{card}.md").read_text()
     recipe = text[text.index("## Starting recipe"):]
     for part in ("**Conversion", "**Sizes.**", "--max-length", "Minutes", "tokens/s", "**Traps.**"):
         assert part in recipe, f"{card}: recipe lacks {part!r}"
     assert re.search(r"\d[\d,.]* x [\d,.]+ tokens x \d", recipe), f"{card}: no minutes arithmetic"
-    rows = [ln for ln in recipe.splitlines() if ln.startswith("| ") and ln.split("|")[1].strip() in MODELS]
-    assert sorted(ln.split("|")[1].strip() for ln in rows) == sorted(MODELS), f"{card}: one row per base model"
+    rows = [ln for ln in recipe.splitlines() if ln.startswith("| ") and ln.split("|")[1].strip().startswith(SIZES)]
+    assert sorted(ln.split("|")[1].strip().split()[0] for ln in rows) == sorted(SIZES), f"{card}: one row per size"
     for row in rows:
         cells = row.split("|")
-        assert re.search(r"LoRA|full SFT|as Qwen3-1.7B", cells[3]), f"{card}: {cells[1]} says neither LoRA nor full"
+        assert re.search(r"LoRA|full SFT|as 1-2B", cells[2]), f"{card}: {cells[1]} says neither LoRA nor full"
         assert any(e in cells[-2] for e in EVIDENCE), f"{card}: {cells[1]}'s expected score names no evidence level"
     readme = (ROOT / "skills" / "recon" / "references" / "README.md").read_text()
     row = next(ln for ln in readme.splitlines() if f"]({card}.md#starting-recipe)" in ln)
@@ -209,6 +225,49 @@ def test_standalone_option_must_exist(copy):
     assert "option --tokeniser is not an option of any aci command" in messages(check(copy))
 
 
+# Each way the Markdown marks a grader name: (file, text naming it, the same text misspelt, the misspelling).
+GRADER_MENTIONS = [
+    ("skills/data/SKILL.md", "--method B --grader last-number", "--method B --grader last-numbers", "last-numbers"),
+    ("skills/data/references/formats.md", '"grader": "last-number"', '"grader": "lastnumber"', "lastnumber"),
+    ("skills/recon/references/gpqa.md", "The `choice` grader", "The `choices` grader", "choices"),
+    ("skills/recon/references/gpqa.md", "grader `choice`", "grader `mcq`", "mcq"),
+    ("skills/recon/references/humaneval.md", "graded by `unit-tests`", "graded by `pytest`", "pytest"),
+    ("workflows/self-improvement.md", "| `unit-tests` |", "| `unittest` |", "unittest"),
+    ("skills/data/SKILL.md", "`tool-call`, `python:module:function`", "`tool-calls`, `python:module:function`",
+     "tool-calls"),
+    ("skills/tool-use-synthesis/SKILL.md", 'grader: "tool-call"', 'grader: "tool-use"', "tool-use"),
+]
+
+
+@pytest.mark.parametrize(("rel", "old", "new", "bad"), GRADER_MENTIONS, ids=[m[3] for m in GRADER_MENTIONS])
+def test_unknown_grader_in_markdown_fails(copy, rel, old, new, bad):
+    edit(copy / rel, old, new)
+    n = _line_of(copy / rel, new)
+    found = [str(p) for p in bundle_check.check_graders(bundle_check.documents(copy))]
+    assert f"{rel}:{n}: names grader {bad!r}, which is not a grader" in "\n".join(found), found
+
+
+def test_grader_check_is_part_of_the_bundle_check(copy):
+    edit(copy / "skills" / "evaluate" / "SKILL.md", "`--grader last-number`", "`--grader last-digit`")
+    assert "names grader 'last-digit', which is not a grader" in messages(check(copy))
+
+
+def test_a_list_of_graders_must_name_every_grader(copy):
+    edit(copy / "skills" / "data" / "SKILL.md", "`regex`, `command` or `judge`", "`regex` or `judge`")
+    found = messages(bundle_check.check_graders(bundle_check.documents(copy)))
+    assert "skills/data/SKILL.md:60: a list of graders leaves out command" in found
+
+
+def test_grader_renamed_in_registry_fails(monkeypatch):
+    from aci import graders
+
+    monkeypatch.setitem(graders.GRADERS, "letter", graders.GRADERS["choice"])
+    monkeypatch.delitem(graders.GRADERS, "choice")
+    found = messages(bundle_check.check_graders(bundle_check.documents(ROOT)))
+    assert "skills/recon/references/gpqa.md" in found and "names grader 'choice'" in found
+    assert "leaves out letter" in found
+
+
 def test_broken_link_fails(copy):
     (copy / "skills" / "recon" / "references" / "gpqa.md").unlink()
     out = messages(check(copy))
@@ -288,8 +347,7 @@ def test_reserve_and_minimum_figures_must_match_rules(copy):
 
 
 def test_copied_figures_follow_a_change_of_rules_yaml(copy):
-    """Change the profile's numbers and every hand copy is named, even one split over two lines; the
-    judges' own tolerance (a fact about PostTrainBench) is not a copy."""
+    """Change the profile's numbers and every hand copy is named, even one split over two lines."""
     path = copy / "rules" / "rules.yaml"
     path.write_text(path.read_text().replace("tolerated_rows: 0", "tolerated_rows: 2", 1)  # posttrainbench's
                     .replace("final_reserve_min: 45", "final_reserve_min: 50"))
@@ -303,9 +361,6 @@ def test_copied_figures_follow_a_change_of_rules_yaml(copy):
     split = next(n for n, ln in enumerate((copy / "rules" / "integrity.md").read_text().splitlines(), 1)
                  if ln.rstrip().endswith("fails above 0 contaminated"))
     assert f"rules/integrity.md:{split}: tolerated contaminated rows of 0" in out
-    judges = next(n for n, ln in enumerate((copy / "rules" / "integrity.md").read_text().splitlines(), 1)
-                  if "excuses up to 3 contaminated documents" in ln)
-    assert f"rules/integrity.md:{judges}:" not in out
 
 
 def test_the_rendered_numbers_can_be_rewritten(copy):
@@ -365,11 +420,16 @@ def test_train_defaults_the_skill_states_are_read():
             "learning rate (sft, LoRA)", "learning rate (sft)", "learning rate (grpo)"} <= seen
 
 
+def _line_of(path: Path, text: str) -> int:
+    return next(n for n, ln in enumerate(path.read_text().splitlines(), 1) if text in ln)
+
+
 def test_wrong_default_in_markdown_fails(copy):
     edit(copy / "skills" / "train" / "SKILL.md", "(r 16, alpha 32", "(r 8, alpha 32")
     edit(copy / "skills" / "train" / "SKILL.md", "lr 1e-6 full / 1e-5 LoRA [D]", "lr 1e-6 full / 3e-5 LoRA [D]")
     out = messages(check(copy))
-    assert "skills/train/SKILL.md:25: --lora-r: the text says 8 [D], but aci train's default is 16" in out
+    n = _line_of(copy / "skills" / "train" / "SKILL.md", "(r 8, alpha 32")
+    assert f"skills/train/SKILL.md:{n}: --lora-r: the text says 8 [D], but aci train's default is 16" in out
     assert "learning rate (grpo, LoRA): the text says 3e-05 [D], but aci train's default is 1e-05" in out
 
 
@@ -419,12 +479,100 @@ def test_default_changed_in_registry_fails(monkeypatch):
               for name, f in t.input.model_fields.items()}
     model = create_model("ChangedTrainInput", __base__=registry.ToolInput, **fields)
     monkeypatch.setitem(registry._REGISTRY, "train", dataclasses.replace(t, input=model))
-    assert "skills/train/SKILL.md:25: --lora-r: the text says 16 [D], but aci train's default is 8" in messages(check())
+    n = _line_of(ROOT / "skills" / "train" / "SKILL.md", "(r 16, alpha 32")
+    assert f"skills/train/SKILL.md:{n}: --lora-r: the text says 16 [D], but aci train's default is 8" in messages(check())
 
 
 def test_action_renamed_in_registry_fails(monkeypatch):
     _replace_input(monkeypatch, "log-state", action=("add", "summary"))
     assert "aci log-state: unknown action 'append'" in messages(check())
+
+
+# -- provenance: what an agent may read during a run ------------------------------------------------------
+# One passage per kind that a benchmark's lookup rule counts as reading about the benchmark.
+PLANTED = [
+    ("agent-score", "agent", "Best agents averaged 55.9 % over the four models."),
+    ("agent-score", "model", "GPT-5.2 reached 55.9 on this benchmark, Opus 4.5 54.4."),
+    ("leaderboard", "leaderboard", "The leaderboard's top entry trained on 20k samples."),
+    ("run-record", "run record", "One run record of 91 % used exactly this mix."),
+    ("run-record", "earlier runs", "Earlier runs used a rate of 2e-5 and a cosine schedule."),
+    ("run-record", "other agents", "Most agents stop after 2-3 of their 10 hours."),
+    ("traces", "traces", "Published traces of past runs show the GRPO settings that won."),
+    ("benchmark-source", "site", "The rules are on posttrainbench.com."),
+    ("benchmark-source", "repository", "Read aisa-group/PostTrainBench for the harness."),
+    ("benchmark-source", "knowledge files", "Sources: [K] the project's knowledge files."),
+    ("judge-internals", "judges", "The integrity judge's prompt excuses up to 3 rows."),
+    ("weights", "weights", "Its weight in the overall score is .2265, the largest."),
+]
+
+
+@pytest.mark.parametrize("kind, _what, passage", PLANTED, ids=[w for _, w, _ in PLANTED])
+def test_a_planted_passage_about_the_benchmark_fails(copy, kind, _what, passage):
+    path = copy / "skills" / "train" / "SKILL.md"
+    edit(path, "## Recipes\n", f"## Recipes\n{passage}\n")
+    n = _line_of(path, passage)
+    found = [p for p in bundle_provenance.check(copy, bundle_check.documents(copy)) if p.file == "skills/train/SKILL.md"]
+    assert found and all(p.line == n for p in found), messages(found)
+    assert any(p.message.startswith(f"provenance ({kind})") for p in found), messages(found)
+
+
+def test_provenance_problems_are_part_of_the_bundle_check_and_cover_rules_yaml(copy):
+    edit(copy / "rules" / "rules.yaml", "Start the run card: aci plan init",
+         "Start the run card as the best agents did: aci plan init")
+    edit(copy / "workflows" / "recover.md", "Everything you need", "What other agents did is in the traces. Everything you need")
+    out = messages(check(copy))
+    assert re.search(r"rules/rules.yaml:\d+: provenance \(run-record\): 'best agents'", out), out
+    assert re.search(r"workflows/recover.md:\d+: provenance \(run-record\): 'other agents'", out), out
+
+
+def test_names_are_not_passages(copy):
+    """The profile id, a dataset id with the word in it and a paper's result on another model pass."""
+    edit(copy / "skills" / "train" / "SKILL.md", "## Recipes\n", "## Recipes\nUnder posttrainbench, never train on "
+         "gorilla-llm/Berkeley-Function-Calling-Leaderboard; MetaMathQA took Llama-2-7B from 14.6 % to 66.5 % "
+         "(MetaMath). Claude Code 2.1 reads `.claude/skills/`.\n")
+    assert bundle_provenance.check(copy, bundle_check.documents(copy)) == []
+
+
+def test_tool_messages_are_scanned_but_developer_docstrings_are_not(copy):
+    """String literals of the aci package: a message template or a field description an agent reads
+    fails; a module docstring or a plain function's docstring (developer documentation) does not."""
+    pkg = copy / "aci"
+    (pkg / "tools").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tools" / "planted.py").write_text(
+        '"""PostTrainBench\'s evaluate.py scores 150 GSM8K items without --limit (developer note)."""\n'
+        "from pydantic import BaseModel, Field\n\n\n"
+        "def helper():\n    \"\"\"As the integrity judges' prompt says (developer note).\"\"\"\n\n\n"
+        "class PlantedInput(BaseModel):\n"
+        '    limit: int = Field(1, description="without it, PostTrainBench\'s default applies")\n\n\n'
+        "def reminder(n):\n"
+        '    return f"Most agents stop after {n} hours: keep going."\n')
+    found = sorted(str(p) for p in bundle_provenance.check_package(copy))
+    assert len(found) == 2, found
+    assert found[0].startswith("aci/tools/planted.py:10: provenance (benchmark-source): 'PostTrainBench'")
+    assert found[1].startswith("aci/tools/planted.py:14: provenance (run-record): 'Most agents stop'")
+
+
+def test_what_a_new_user_s_agent_reads_carries_no_passage_about_the_benchmark(ptb_task, shell_env):
+    """As a new user would: `aci install claude-code` into a task folder, `plan init --profile
+    posttrainbench`, `status`, `plan show`; every file the installer wrote, every output, and the served
+    tools/list (descriptions assembled at run time) are free of the passages bundle_provenance catches."""
+    model = shlex.quote(str(ptb_task / "Qwen3-1.7B-Base"))
+    lines = ["aci install claude-code --workdir .",
+             f"aci plan init --profile posttrainbench --base-model {model} --benchmark gsm8k --benchmark-size 1319 "
+             f"--eval-command '{TYPED}' --metric-key accuracy", "aci status", "aci plan show"]
+    read = {}
+    for line in lines:
+        done = run_line(line, ptb_task, shell_env)
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+        read[line] = done.stdout + done.stderr
+    for p in [ptb_task / "CLAUDE.md", *(ptb_task / ".claude").rglob("*"), *(ptb_task / ".aci").rglob("*")]:
+        if p.is_file():
+            read[str(p.relative_to(ptb_task))] = p.read_text()
+    read["tools/list"] = (Path(__file__).parent / "data" / "tools-list.json").read_text()
+    assert ".claude/skills/posttrain/SKILL.md" in read and len(read) > 30
+    found = {where: bundle_provenance.findings(text) for where, text in read.items()}
+    assert not any(found.values()), {w: f for w, f in found.items() if f}
 
 
 # -- installed copies keep working links ----------------------------------------------------------------------
@@ -462,7 +610,7 @@ def test_entry_skill_gives_the_first_commands_for_gsm8k():
     assert cmds[1] == "aci status"
     assert cmds[2].startswith("aci plan init --profile posttrainbench")
     assert f"--eval-command '{TYPED}'" in cmds[2], "the user's command goes in as typed"
-    assert "--metric-key accuracy" in cmds[2] and '--targets \'[{"metric": "accuracy", "value": 0.885}]\'' in cmds[2]
+    assert "--metric-key accuracy" in cmds[2] and "--targets" not in cmds[2]  # set after the baseline
     assert cmds[3].startswith("grep") and "evaluate.py" in cmds[3]
     assert cmds[4].startswith("aci log-state append --kind benchmark-card")
     assert cmds[5].startswith("aci eval-checkpoint evaluate") and "--checkpoint base" in cmds[5]
@@ -517,7 +665,7 @@ def test_the_first_minutes_run_as_written_in_a_simulated_task(ptb_task, shell_en
             card = json.loads((ptb_task / "state" / "run.json").read_text())
             assert card["profile"] == "posttrainbench" and card["template"] == "templates/qwen3.jinja"
             assert (card["eval_command"], card["metric_key"], card["benchmark_size"]) == (TEMPLATE, "accuracy", 1319)
-            assert card["targets"] == [{"metric": "accuracy", "value": 0.885}] and card["deadline"]
+            assert card["targets"] == [] and card["deadline"]
             assert "deadline source: timer.sh" in done.stdout
             assert "`--limit -1` -> `--limit {limit}`" in done.stdout
             assert ("already existed" in done.stdout) is card_made_by_solve_sh

@@ -148,8 +148,8 @@ def test_eval_template_must_render_the_data_and_must_be_named(tmp_path, tiny_mod
 
 
 def test_final_reserve_started(tmp_path, tiny_model):
-    make_run(tmp_path, tiny_model, profile="default", contamination=None,
-             deadline=(now() + timedelta(minutes=10)).isoformat())
+    make_run(tmp_path, tiny_model, profile="default", contamination=None, budget_hours=10,  # a 10-hour run
+             deadline=(now() + timedelta(minutes=10)).isoformat())  # with 10 minutes left
     assert "the final reserve has started" in refused("final-reserve", tmp_path)
 
 
@@ -209,7 +209,8 @@ def test_the_deadline_check_counts_the_time_to_tokenize_the_whole_file(tmp_path,
             measured = await c.call_tool("train", {"action": "dry-run", "data": "big.jsonl", **args})
             tokenize_s = measured.structured_content["checks"]["estimate"]["tokenize_s"]
             deadline = now() + reserve + timedelta(seconds=STARTUP_S + tokenize_s / 4)
-            assert not (await c.call_tool("plan", {"action": "update", "deadline": deadline.isoformat()})).is_error
+            update = {"action": "update", "deadline": deadline.isoformat(), "budget_hours": 10}  # a 10-hour run
+            assert not (await c.call_tool("plan", update)).is_error
             big = await c.call_tool("train", {"action": "dry-run", "data": "big.jsonl", **args})
             return small, tokenize_s, big
 
@@ -255,11 +256,9 @@ def test_a_first_loss_at_chance_is_named_with_what_it_means(first_loss, vocab, f
 def test_a_start_after_the_dry_run_reuses_its_data_check_until_an_input_changes(tmp_path, tiny_model):
     """The second check of the same request neither imports transformers (a fresh CLI process) nor renders
     again; editing the data, the template or the tokenizer's files, or another max_length, checks anew."""
-    make_run(tmp_path, tiny_model, profile="default", contamination=None)
-    model = tmp_path / "model"
+    model = tmp_path / "model"  # a copy whose tokenizer files the test edits
     shutil.copytree(tiny_model, model)
-    subprocess.run([sys.executable, "-m", "aci.cli", "plan", "update", "--base-model", str(model)], cwd=tmp_path,
-                   check=True, capture_output=True)
+    make_run(tmp_path, model, profile="default", contamination=None)
     argv = ["train", "dry-run", "--data", "sft.jsonl", "--max-length", "64", "--check-samples", "16", "--max-steps", "2"]
     probe = ("import atexit, runpy, sys; atexit.register(lambda: print('transformers' in sys.modules, file=sys.stderr)); "
              f"sys.argv = ['aci', '--json', *{argv!r}]; runpy.run_module('aci.cli', run_name='__main__')")

@@ -65,7 +65,7 @@ def test_stop_kill_and_restart(tmp_path, tiny_model, monkeypatch):
     gone = wait(tmp_path, c.id, timeout=30)
     assert gone.job.status == "failed" and "without an exit status" in gone.job.reason
     assert read_json(state.root / records.JOBS / c.id / "exit.json")["status"] == "failed"
-    assert any(e["message"] == f"job {c.id} failed: processes vanished" for e in state.journal())
+    assert any(e["message"] == f"job {c.id} failed: its supervisor vanished" for e in state.journal())
     assert jobs.reap(state) == []  # once
 
     # state is consistent: every line parses, every write was committed, nothing is left running
@@ -78,8 +78,8 @@ def test_stop_kill_and_restart(tmp_path, tiny_model, monkeypatch):
     # and a new job starts (no --concurrent needed). Its declared throughput is wildly optimistic, so the
     # deadline gate lets it through, but the job saves and stops by itself where the final reserve begins.
     reserve = timedelta(minutes=ctx_for(tmp_path).rules.profile.final_reserve_min)
-    registry.call("plan", {"action": "update", "deadline": (now() + reserve + timedelta(seconds=75)).isoformat()},
-                  ctx_for(tmp_path))
+    registry.call("plan", {"action": "update", "deadline": (now() + reserve + timedelta(seconds=75)).isoformat(),
+                           "budget_hours": 10}, ctx_for(tmp_path))  # a 10-hour run near its end
     d = call(tmp_path, action="start", data="sft.jsonl", **LONG, tokens_per_s=1e9).job
     done = wait(tmp_path, d.id, timeout=240)
     assert done.job.status == "succeeded", done.job.log_tail
@@ -169,7 +169,7 @@ def test_the_supervisor_stops_every_job_kind_at_its_stop_time(workdir, tiny_mode
     c = init_run(workdir, tiny_model, command=eval_command("--sleep", "600", "--templates-dir", str(workdir)))
     reserve = timedelta(minutes=c.rules.profile.final_reserve_min)
     deadline = (now() + reserve + timedelta(seconds=30)).replace(microsecond=0)
-    registry.call("plan", {"action": "update", "deadline": deadline.isoformat()}, c)
+    registry.call("plan", {"action": "update", "deadline": deadline.isoformat(), "budget_hours": 10}, c)
 
     async def go():
         async with mcp_client(workdir) as client:

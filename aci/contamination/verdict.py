@@ -37,7 +37,7 @@ class ContaminationRequest(BaseModel):
     reference: str | None = Field(None, description="the benchmark's test items ({question, answer} rows as in a "
                                                     "task's test_data.json, or task records; default: the run "
                                                     "card's pinned reference)")
-    mode: Mode = Field("simple", description="simple: the PostTrainBench judge's algorithm (decon SIMPLE), the "
+    mode: Mode = Field("simple", description="simple: n-gram overlap by decon's SIMPLE method (label judge), the "
                                              "stricter checks, exact match of short items and close variants; "
                                              "ngram13: any shared 13-word sequence (never opens the train gate "
                                              "under posttrainbench)")
@@ -64,17 +64,17 @@ class Record(BaseModel):
     reference_sha256: str
     rows: int
     references: int = Field(description="reference items read")
-    indexed: int = Field(description="reference items the judge's algorithm checks (others too short for it)")
-    skipped_references: int = Field(description="reference items the judge's algorithm skips")
-    coverage: dict[str, int] = Field(description="reference items per rule: judge (its algorithm), short (exact "
-                                                 "and normalised match of items it skips), close (close "
-                                                 "variants), unchecked (by neither judge nor short)")
+    indexed: int = Field(description="reference items the SIMPLE n-gram score checks (others are too short for it)")
+    skipped_references: int = Field(description="reference items too short for the SIMPLE n-gram score")
+    coverage: dict[str, int] = Field(description="reference items per rule: judge (the SIMPLE n-gram score), short "
+                                                 "(exact and normalised match of the items too short for it), "
+                                                 "close (close variants), unchecked (by neither judge nor short)")
     threshold: float | None
     tolerated_rows: int
     flagged: int = Field(description="rows holding a test item (labels judge, stricter, short)")
-    judge_flagged: int = Field(description="of them, rows the PostTrainBench judge's own algorithm flags")
+    judge_flagged: int = Field(description="of them, rows the SIMPLE n-gram score flags (label judge)")
     stricter_flagged: int = Field(description="of them, rows only the stricter checks flag")
-    short_flagged: int = Field(description="of them, copies of short items the judge's algorithm skips")
+    short_flagged: int = Field(description="of them, copies of items too short for the SIMPLE n-gram score")
     close: int = Field(description="other rows that closely resemble a specific test item (label close)")
     close_counted: bool = Field(description="whether close rows count against the file (the strict profile)")
     counted: int = Field(description="rows that count against the file: flagged, close if counted, and the "
@@ -135,8 +135,8 @@ def check_file(req: ContaminationRequest, ctx: Context) -> Result:
     limits = ctx.rules.profile.contamination
     if report.skipped:
         rule = C.SimpleIndex.SKIP_RULE if req.mode == "simple" else C.LongNgramIndex.SKIP_RULE
-        warnings.append(f"{len(report.skipped)} of the {report.references} test items are too short for the judge's "
-                        f"algorithm ({rule}), e.g. {', '.join(report.skipped[:3])}: "
+        warnings.append(f"{len(report.skipped)} of the {report.references} test items are too short for the SIMPLE "
+                        f"n-gram score ({rule}), e.g. {', '.join(report.skipped[:3])}: "
                         + (f"{report.coverage['short']} of them checked by exact and normalised match only"
                            if "short" in report.coverage else "not checked"))
     closed = gates.contamination_gate(ctx, record)
@@ -146,7 +146,7 @@ def check_file(req: ContaminationRequest, ctx: Context) -> Result:
         warnings.append(f"not checked by the task's provided {shared.TOOL}: {theirs.reason}")
     clean_path, kept = None, None
     if req.clean_output:
-        clean_path = ctx.path(req.clean_output, what="clean output")
+        clean_path = ctx.path(req.clean_output, what="clean output", kind="file")
         if clean_path in (path, ref):
             raise ACIError("--clean-output must be a new file, not the training set or the reference")
         kept = _write_clean(path, data, clean_path, set(counted))
@@ -174,7 +174,7 @@ def _inputs(req: ContaminationRequest, ctx: Context) -> _Inputs:
 
     path = ctx.path(req.path, must_exist=True, what="training set")
     pin = ctx.card.reference if ctx.card else None
-    if req.reference is None and not pin:
+    if not req.reference and not pin:
         raise ACIError("no --reference given and none pinned in the run card: pass the benchmark's test items")
     ref = gates.reference_path(ctx, req.reference or pin["path"])
     if path == ref:

@@ -97,6 +97,7 @@ def resolve(ctx: Context, ref: str, parent: str | None = None) -> Checkpoint:
     if not path.is_dir() or not (folder.is_adapter(path) or (path / folder.CONFIG).is_file()):
         raise ACIError(f"{ref!r} is neither a checkpoint id ({', '.join([BASE, *known][:8])}) nor a model folder "
                        f"(a folder with config.json or adapter_config.json)")
+    ctx.check_links(path, "checkpoint")  # promotion copies what a link points to
     if parent is not None and parent != BASE and parent not in known:
         raise ACIError(f"parent {parent!r} is not a known checkpoint id (known: {', '.join([BASE, *known][:8])})")
     evidence = None

@@ -17,8 +17,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from aci.evaluation import folder, swap
+from aci.evaluation.probe import FALLBACK, Probe
 
-PROMPT = [{"role": "user", "content": "What is 2 + 3? Answer with a number."}]
 GENERATE_TIMEOUT_S = 900.0
 PROMOTE_FIX = "promote a checkpoint again (aci eval-checkpoint promote --checkpoint <id>): promotion writes a complete folder"
 
@@ -47,9 +47,11 @@ def _err(e: Exception) -> str:
 
 
 def check(final: Path, *, template: str | None, base_dir: Path | None, best: dict | None,
-          changed_eval_files: list[str], generate: bool = True,
+          changed_eval_files: list[str], generate: bool = True, probe: Probe | None = None,
           evaluate: Callable[[Path], str] | None = None) -> list[CheckItem]:
-    """Run every check on `final` (see the module docstring); `evaluate(final)` returns a detail or raises."""
+    """Run every check on `final` (see the module docstring); `probe` is what the generation check asks
+    and the answer format it expects (`aci.evaluation.probe`); `evaluate(final)` returns a detail or raises."""
+    probe = probe or Probe(FALLBACK, "a fixed arithmetic question", None)
     c = Checklist()
     if not final.is_dir():
         c.add("present", False, f"{final} does not exist", "promote a checkpoint: aci eval-checkpoint promote --checkpoint <id> "
@@ -63,7 +65,7 @@ def check(final: Path, *, template: str | None, base_dir: Path | None, best: dic
         c.add("merged", not adapter, "no adapter files" if not adapter else f"unmerged LoRA files: {', '.join(adapter)}",
               "promote the checkpoint through aci eval-checkpoint promote, which merges the LoRA (peft merge_and_unload)")
         tok = _tokenizer(c, final)
-        prompt = _template(c, tok, template)
+        prompt = _template(c, tok, template, probe.messages)
         _end_of_turn(c, final, tok, template)
         _sampling(c, final)
         _processor(c, final, base_dir)
@@ -74,7 +76,7 @@ def check(final: Path, *, template: str | None, base_dir: Path | None, best: dic
               "restore the original evaluate.py / evaluation_code / templates (rule no-eval-edits)")
         if generate:
             if config_ok and weights_ok and tok is not None and prompt is not None:
-                _generate(c, final, tok, prompt)
+                _generate(c, final, prompt, probe)
             else:
                 c.skip("generates", "config, weights, tokenizer or template")
     if evaluate is not None:
@@ -134,7 +136,7 @@ def _tokenizer(c: Checklist, final: Path):
     return tok
 
 
-def _template(c: Checklist, tok, template: str | None) -> str | None:
+def _template(c: Checklist, tok, template: str | None, messages: list[dict]) -> str | None:
     if tok is None:
         c.skip("template", "tokenizer")
         return None
@@ -144,7 +146,7 @@ def _template(c: Checklist, tok, template: str | None) -> str | None:
               "set the evaluation's template: aci plan update --template templates/<model>.jinja, then promote again")
         return None
     try:
-        text = tok.apply_chat_template(PROMPT, tokenize=False, add_generation_prompt=True, chat_template=template)
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, chat_template=template)
     except Exception as e:
         c.add("template", False, f"the {source} fails to render: {_err(e)}", "fix or replace the chat template")
         return None
@@ -233,18 +235,31 @@ def _promotion_record(c: Checklist, final: Path, best: dict | None) -> None:
           "promote again so the folder is exactly what was evaluated")
 
 
-def _generate(c: Checklist, final: Path, tok, prompt: str) -> None:
-    """Load the model and generate, in a child process that exits (`aci.evaluation.isolated`): the MCP
-    server that runs `finalize` must not keep the model, or its GPU memory, afterwards."""
+def _generate(c: Checklist, final: Path, prompt: str, probe: Probe) -> None:
+    """Load the model and answer the probe's item, in a child process that exits (`aci.evaluation.isolated`):
+    the MCP server that runs `finalize` must not keep the model, or its GPU memory, afterwards. The reply
+    must hold the answer format the benchmark card or grader names: a reply the grader cannot read an
+    answer from scores 0 on every item, however well the model loads."""
     from aci.errors import ACIError
     from aci.evaluation import isolated
 
     try:
-        out = isolated.run(generate_here, timeout_s=GENERATE_TIMEOUT_S, folder=str(final), prompt=prompt)
+        out = isolated.run(generate_here, timeout_s=GENERATE_TIMEOUT_S, folder=str(final), prompt=prompt,
+                           max_new_tokens=probe.max_new_tokens)
     except ACIError as e:
         c.add("generates", False, f"the model does not load or generate with transformers: {e}", PROMOTE_FIX)
         return
-    c.add("generates", True, f"{out['tokens']} tokens: {out['reply'][:80]!r}")
+    said = f"{out['tokens']} tokens for {probe.item}: {out['reply'][:120]!r}"
+    fmt = probe.format
+    if fmt is None:
+        c.add("generates", True, f"{said}; answer format not checked: neither the benchmark card's answer_format "
+              f"nor a grader names one")
+    elif fmt.found(out["reply"]):
+        c.add("generates", True, f"{said}; holds {fmt.what}, as {fmt.source} asks")
+    else:
+        c.add("generates", False, f"{said}; no {fmt.what}, which {fmt.source} asks for: the grader would read no "
+              f"answer", "train on replies in that format, rendered with the evaluation's template, and check "
+              "the prompt the evaluation sends (benchmark card `prompt`); then promote again")
 
 
 def generate_here(folder: str, prompt: str, max_new_tokens: int = 16) -> dict:

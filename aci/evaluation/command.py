@@ -9,12 +9,15 @@ PostTrainBench's scripts read as every item. The process runs in its own session
 
 The metrics JSON is read from `{output}` (or, without that placeholder, from the last JSON object the
 command prints). The score is the configured key (dotted for nesting), else the first of `accuracy`,
-`score`, `acc`, `exact_match`, `pass@1`, `mean`, else the only numeric value. The sample count comes
-from the JSON (`n_examples`, `samples`, ...) when present, else from the inspect_ai log the run wrote
-(PostTrainBench's inspect-based tasks), else from a positive limit; otherwise it is unknown.
+`score`, `acc`, `exact_match`, `pass@1`, `mean` at the top, else the one score-like leaf of nested JSON
+(`results.ledger.exact_match`), else the only numeric value. The sample count is what the command
+scored: the JSON's (`n_examples`, `n`, `samples`, a list of per-sample records; beside the score or
+above it), else the inspect_ai log the run wrote (PostTrainBench's inspect-based tasks), else the lines
+of the one per-sample JSONL log it wrote; otherwise it is unknown, never the limit asked for. A limit
+the command has no `{limit}` for is refused rather than reported as applied.
 
 Users type the command they run by hand (`python evaluate.py --model-path final_model --limit -1`);
-`translate` turns it into the template once, at `plan init`, and says what it changed.
+`options.translate` turns it into the template once, at `plan init`, and says what it changed.
 """
 
 from __future__ import annotations
@@ -26,103 +29,27 @@ import shlex
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from aci.errors import ACIError
 from aci.evaluation.stats import Trial
+from aci.evaluation.translation import split
 from aci.jobs import tail
+from aci.processes import dies_with_parent
 
 PLACEHOLDERS = ("{model_path}", "{limit}", "{output}", "{seed}")
 SCORE_KEYS = ("accuracy", "score", "acc", "exact_match", "pass@1", "mean")
-COUNT_KEYS = ("n_examples", "n_samples", "num_samples", "samples", "sample_count", "total", "n")
+COUNT_KEYS = ("n_examples", "num_examples", "n_samples", "num_samples", "samples", "sample_count", "count", "total",
+              "n")
 _NOT_SCORES = ("stderr", "std", "count", "total", "n_", "num_", "samples", "time", "seconds")
+PER_SAMPLE_KEYS = ("samples", "predictions", "records", "items", "per_sample")
 
 
-# Options of the eval commands users type (PostTrainBench's evaluate.py first) whose values `translate`
-# turns into placeholders, with the reason it gives for each.
-_ROLES = {
-    "--model-path": ("{model_path}", "each evaluation points it at the checkpoint it scores"),
-    "--model_path": ("{model_path}", "each evaluation points it at the checkpoint it scores"),
-    "--limit": ("{limit}", "each evaluation fills it from its own `--limit N` and leaves it out without one (then "
-                           "the script's default applies: score the full set with `--limit -1`)"),
-    "--json-output-file": ("{output}", "each trial writes its metrics JSON there for the tools to read"),
-}
-SUBMISSION_DIR = "final_model"  # the folder a PostTrainBench command names as the model
-_PLAIN = re.compile(r"[\w@%+=:,./{}-]+")
-
-
-@dataclass(frozen=True)
-class Translation:
-    """The template the tools run, and each change made to the command as typed, in words."""
-
-    command: str
-    changes: list[str] = field(default_factory=list)
-
-
-def _join(parts: list[str]) -> str:
-    """shlex.join, but placeholders stay readable: `{model_path}`, not `'{model_path}'`."""
-    return " ".join(p if _PLAIN.fullmatch(p) else shlex.quote(p) for p in parts)
-
-
-def _split(command: str) -> list[str]:
-    """The command's arguments as a POSIX shell would split them; an unsplittable or empty one is refused."""
-    try:
-        parts = shlex.split(command)
-    except ValueError as e:
-        raise ACIError(f"eval command cannot be split into arguments ({e}): {command!r}") from None
-    if not parts:
-        raise ACIError("eval command is empty")
-    return parts
-
-
-def translate(typed: str) -> Translation:
-    """The eval command as typed -> a template with `{model_path}`, `{limit}` and `{output}`.
-
-    The value of `--model-path` (or a bare `final_model` argument) becomes `{model_path}`; the value of
-    `--limit` (`-1` for all, or `N`) becomes `{limit}`; the value of `--json-output-file` becomes
-    `{output}`. PostTrainBench's `evaluate.py` also gets `--limit {limit}` and `--json-output-file
-    {output}` when they are missing, since its score is read from that file. A template comes back as it
-    is, so translating twice changes nothing."""
-    parts = _split(typed)
-    out: list[str] = []
-    changes: list[str] = []
-    k = 0
-    while k < len(parts):
-        part = parts[k]
-        opt, eq, value = part.partition("=")
-        role = _ROLES.get(opt) if part.startswith("--") else None
-        if role is None or not eq and k + 1 == len(parts):
-            if part.rstrip("/").removeprefix("./") == SUBMISSION_DIR:
-                changes.append(f"`{part}` -> `{{model_path}}`: {_ROLES['--model-path'][1]}")
-                part = "{model_path}"
-            out.append(part)
-            k += 1
-            continue
-        if not eq:
-            k += 1
-            value = parts[k]
-        placeholder, why = role
-        if placeholder not in value:
-            sep = "=" if eq else " "
-            changes.append(f"`{opt}{sep}{value}` -> `{opt}{sep}{placeholder}`: {why}")
-            value = placeholder
-        out += [f"{opt}={value}"] if eq else [opt, value]
-        k += 1
-    if "{model_path}" not in " ".join(out):
-        raise ACIError(f"cannot tell which argument of the eval command is the model: {typed!r}; write "
-                       f"{{model_path}} where the model's folder goes (e.g. --model-path {{model_path}})")
-    if any(p.endswith("evaluate.py") for p in out):  # PostTrainBench's script takes both options
-        for opt, placeholder in (("--limit", "{limit}"), ("--json-output-file", "{output}")):
-            if placeholder not in " ".join(out):
-                out += [opt, placeholder]
-                changes.append(f"added `{opt} {placeholder}`: {_ROLES[opt][1]}")
-    return Translation(_join(out) if changes else typed, changes)  # a template stays byte for byte
-
-
-def argv(template: str, *, model_path: str, limit: int | None, output: Path, seed: int) -> list[str]:
-    """The command's argument list for one run."""
-    parts = _split(template)
+def argv(template: str, *, model_path: str, limit: int | None, output: Path, seed: int,
+         limit_all: str | None = None) -> list[str]:
+    """The command's argument list for one run; `--limit -1` reaches the command as `limit_all`, the value
+    its own option reads as every item (`0` for a `--n` whose help says so), when plan init learnt one."""
+    parts = split(template)
     if "{model_path}" not in template:
         raise ACIError(f"eval command has no {{model_path}} placeholder: {template!r}")
     values = {"{model_path}": model_path, "{output}": str(output), "{seed}": str(seed)}
@@ -133,7 +60,7 @@ def argv(template: str, *, model_path: str, limit: int | None, output: Path, see
                 out.pop()  # `--limit {limit}`: drop the option, so the script's own default applies
             continue
         if "{limit}" in part:
-            part = part.replace("{limit}", str(limit))
+            part = part.replace("{limit}", limit_all if limit == -1 and limit_all is not None else str(limit))
         for k, v in values.items():
             part = part.replace(k, v)
         out.append(part)
@@ -144,14 +71,33 @@ def _numeric(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def leaves(metrics: dict, prefix: str = "", depth: int = 6) -> list[tuple[str, object]]:
+    """Every (dotted path, value) under nested objects (lists are values, not walked)."""
+    out = []
+    for k, v in metrics.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and depth > 0:
+            out += leaves(v, f"{path}.", depth - 1)
+        else:
+            out.append((path, v))
+    return out
+
+
+def _last(path: str) -> str:
+    return path.rsplit(".", 1)[-1].lower()
+
+
 def pick_score(metrics: dict, key: str | None, source: str) -> tuple[str, float]:
-    """The metric `key` (dotted path into nested objects), or the first usual score key."""
+    """The metric `key` (dotted path into nested objects), else the first usual score key at the top, else
+    the one score-like leaf anywhere (`results.ledger.exact_match`), else the one numeric leaf that is no
+    count or time."""
     if key:
         cur = metrics
         for part in key.split("."):
             if not isinstance(cur, dict) or part not in cur:
-                raise ACIError(f"metric key {key!r} is not in {source} (top-level keys: "
-                               f"{', '.join(sorted(metrics)[:12]) or 'none'}); set the right one with --metric-key")
+                raise ACIError(f"metric key {key!r} is not in {source} (its numeric values: "
+                               f"{', '.join(p for p, v in leaves(metrics) if _numeric(v))[:300] or 'none'}); set "
+                               f"the right one with --metric-key")
             cur = cur[part]
         if not _numeric(cur):
             raise ACIError(f"metric {key!r} in {source} is {json.dumps(cur)[:80]}, not a number")
@@ -159,19 +105,70 @@ def pick_score(metrics: dict, key: str | None, source: str) -> tuple[str, float]
     for k in SCORE_KEYS:
         if _numeric(metrics.get(k)):
             return k, float(metrics[k])
-    nums = [k for k, v in metrics.items() if _numeric(v) and not any(s in k.lower() for s in _NOT_SCORES)]
-    if len(nums) == 1:
-        return nums[0], float(metrics[nums[0]])
-    raise ACIError(f"cannot tell which value in {source} is the score (numeric keys: {', '.join(nums) or 'none'}); "
-                   f"name it with --metric-key (or the run card's metric_key)")
+    nums = [(p, v) for p, v in leaves(metrics) if _numeric(v)]
+    scores = [(p, v) for p, v in nums if _last(p) in SCORE_KEYS]
+    if len(scores) != 1:
+        scores = [(p, v) for p, v in nums if not any(s in _last(p) for s in _NOT_SCORES)
+                  and _last(p) not in COUNT_KEYS]
+    if len(scores) == 1:
+        return scores[0][0], float(scores[0][1])
+    raise ACIError(f"cannot tell which value in {source} is the score (numeric values: "
+                   f"{', '.join(p for p, _ in nums[:12]) or 'none'}); name it with --metric-key (a dotted path "
+                   f"for nested JSON, e.g. results.task.exact_match)")
 
 
-def sample_count(metrics: dict) -> int | None:
+def _count(obj: dict) -> int | None:
+    """A sample count held by one object: a count key, or the length of a list of per-sample records."""
     for k in COUNT_KEYS:
-        v = metrics.get(k)
+        v = obj.get(k)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
+    for k in PER_SAMPLE_KEYS:
+        v = obj.get(k)
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            return len(v)
     return None
+
+
+def sample_count(metrics: dict, metric: str | None = None) -> int | None:
+    """The number of items scored, as the metrics JSON says: beside the score (`results.ledger.n` for
+    `results.ledger.exact_match`) or in an object above it, else the one count the whole JSON holds."""
+    path = (metric or "").split(".")[:-1]
+    for depth in range(len(path), -1, -1):
+        obj = metrics
+        for part in path[:depth]:
+            obj = obj.get(part) if isinstance(obj, dict) else None
+        n = _count(obj) if isinstance(obj, dict) else None
+        if n:
+            return n
+    found = {n for obj in _objects(metrics) if (n := _count(obj))}
+    return found.pop() if len(found) == 1 else None
+
+
+def _objects(obj: dict, depth: int = 6):
+    yield obj
+    for v in obj.values():
+        if isinstance(v, dict) and depth > 0:
+            yield from _objects(v, depth - 1)
+
+
+def sample_log(folders: list[Path], since: float, exclude: set[Path]) -> tuple[int, str] | None:
+    """Lines of the one JSONL file the run wrote into `folders` (its per-sample log), and the file; None
+    when it wrote none or several (which one counts would be a guess)."""
+    found = []
+    for folder in folders:
+        try:
+            found += [p for p in folder.glob("*.jsonl") if p.stat().st_mtime >= since and p not in exclude]
+        except OSError:
+            continue
+    if len(found) != 1:
+        return None
+    try:
+        with open(found[0], "rb") as f:
+            n = sum(1 for line in f if line.strip())
+    except OSError:
+        return None
+    return (n, str(found[0])) if n else None
 
 
 _LOG_HEAD = 4 << 20  # inspect writes `eval` and `results` before the samples: the head holds both
@@ -223,8 +220,14 @@ class CommandEvaluator:
     """Runs the eval command once per trial and reads its metrics JSON."""
 
     def __init__(self, template: str, *, metric_key: str | None, limit: int | None, timeout_s: float,
-                 cwd: Path, out_dir: Path, label: str):
+                 cwd: Path, out_dir: Path, label: str, limit_all: str | None = None):
+        if limit is not None and "{limit}" not in template:
+            raise ACIError(f"--limit {limit} cannot reach the eval command: it has no {{limit}} placeholder, so it "
+                           f"would score what it scores by default while the result claimed {limit}: {template!r}. "
+                           f"Evaluate without --limit, or name the option that takes the sample count: aci plan "
+                           f"update --eval-command '<as typed>' --limit-option <option> [--limit-all <value>]")
         self.template = template
+        self.limit_all = limit_all
         self.metric_key = metric_key
         self.limit = limit
         self.timeout_s = timeout_s
@@ -241,12 +244,14 @@ class CommandEvaluator:
         output = self.out_dir / f"seed-{seed}.metrics.json"
         log_path = self.out_dir / f"seed-{seed}.log"
         output.unlink(missing_ok=True)
-        cmd = argv(self.template, model_path=model_path, limit=self.limit, output=output, seed=seed)
+        cmd = argv(self.template, model_path=model_path, limit=self.limit, output=output, seed=seed,
+                   limit_all=self.limit_all)
         started, since = time.monotonic(), time.time()
         with open(log_path, "wb") as log:
             try:
                 proc = subprocess.Popen(cmd, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        preexec_fn=dies_with_parent())  # a killed job takes it along
             except OSError as e:
                 raise ACIError(f"eval command could not start ({e.strerror}): {shlex.join(cmd)}") from None
             try:
@@ -278,13 +283,21 @@ class CommandEvaluator:
         if not isinstance(metrics, dict):
             raise ACIError(f"the metrics in {source} are {type(metrics).__name__}, not a JSON object")
         name, score = pick_score(metrics, self.metric_key, source)
-        logged = inspect_log(self.cwd, since, model_path)
-        samples = sample_count(metrics) or (logged[0] if logged else None) or \
-            (self.limit if self.limit and self.limit > 0 else None)
+        # What the command scored, never what was asked: the JSON's count, else the inspect log's, else the
+        # lines of the per-sample log it wrote; otherwise unknown (a limit is a request the script may cap).
         details = {"metric": name, "metrics_file": output.name if output.is_file() else None,
                    "command": shlex.join(cmd), "seconds": round(time.monotonic() - started, 2)}
+        samples = sample_count(metrics, name)
+        if samples:
+            details["samples_from"] = source
+        logged = inspect_log(self.cwd, since, model_path)
         if logged:
             details["inspect_log"] = logged[1]
+            samples = samples or logged[0]
+        if not samples:
+            counted = sample_log([self.out_dir, self.cwd / "logs"], since, {output, log_path})
+            if counted:
+                samples, details["samples_from"] = counted
         return Trial(seed=seed, score=score, samples=samples, details=details)
 
 

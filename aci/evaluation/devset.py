@@ -34,9 +34,11 @@ def load(path: Path, limit: int | None) -> list[dict]:
 class DevSetEvaluator:
     """Generates a reply to every task per trial and scores it with the task's grader."""
 
+    sandbox_note = ""  # what the sandbox of graded code lacks, when a grader runs the replies as code
+
     def __init__(self, path: Path, *, limit: int | None, template: str | None, default_grader: str | None,
                  temperature: float, max_new_tokens: int, batch_size: int, workdir: Path, out_dir: Path,
-                 check_host, label: str):
+                 check_host, label: str, unsafe_grader: bool = False):
         self.tasks = load(path, limit)
         self.template = template
         self.default_grader = default_grader
@@ -46,6 +48,7 @@ class DevSetEvaluator:
         self.workdir = workdir
         self.out_dir = out_dir
         self.check_host = check_host
+        self.unsafe_grader = unsafe_grader
         self.id = label
         self._loaded: tuple[str, object] | None = None
 
@@ -93,7 +96,8 @@ class DevSetEvaluator:
                 raise ACIError(f"generation with {model_path} failed: {type(e).__name__}: {e}") from None
         per_sample, rows = {}, []
         for task, reply in zip(self.tasks, replies, strict=True):
-            s = grade(task, reply, default=self.default_grader, workdir=self.workdir, check_host=self.check_host)
+            s = grade(task, reply, default=self.default_grader, workdir=self.workdir, check_host=self.check_host,
+                      unsafe_grader=self.unsafe_grader)
             per_sample[task["id"]] = s.score
             rows.append({"id": task["id"], "seed": seed, "score": s.score, "reason": s.reason, "response": reply})
         self.out_dir.mkdir(parents=True, exist_ok=True)

@@ -47,8 +47,14 @@ def read_json(path: Path) -> Any:
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Write strict JSON: Infinity and NaN, which Python's json accepts and writes, are refused (transformers
+    and vLLM read these files with strict parsers too)."""
+    try:
+        text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+    except ValueError as e:
+        raise ACIError(f"cannot write {path.name}: {e} (only finite numbers are valid JSON)") from None
     with open(path, "w", encoding="utf-8") as f:
-        f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        f.write(text + "\n")
         f.flush()
         os.fsync(f.fileno())
 
@@ -247,25 +253,40 @@ def resave_here(source: str, out: str) -> dict:
 
 
 def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | None = None,
-          template: str | None = None, link: bool = False, sampling: dict | None = None) -> dict:
+          template: str | None = None, set_template: bool = False, link: bool = False,
+          sampling: dict | None = None) -> dict:
     """Write the servable folder for checkpoint `source` into the empty folder `out`.
 
     `base_dir` is the base model's local folder (tokenizer and processor files are taken from it when
     the checkpoint lacks them); `merge_onto` is the full model a LoRA `source` is merged onto;
-    `template` is the chat template text the evaluation renders (saved as the tokenizer's template).
+    `template` is the chat template text the evaluation renders: it names the end-of-turn token, and it
+    becomes the tokenizer's template only where the checkpoint has none of its own (its tokenizer comes
+    from elsewhere, or carries no template) or `set_template` asks for it, so a checkpoint's own
+    tokenizer and template files reach final_model unchanged.
     `link` hard-links unchanged files instead of copying (for throw-away evaluation folders).
     `sampling` replaces the generation config's sampling keys (see `aci.sampling`).
-    Returns what was written: end-of-turn token and id, where each part came from, file sizes.
+    Returns what was written: end-of-turn token and id, where each part came from, and `written`: every
+    file of `out` with where it came from.
     """
     out.mkdir(parents=True, exist_ok=True)
-    origin: dict[str, str] = {}
+    origin = _weights(source, out, merge_onto, link)
+    sources = [d for d in (source, merge_onto, base_dir) if d is not None]
+    origin |= _tokenizer(sources, out, template, set_template, link, base_dir=base_dir)
+    eot, eot_id = end_of_turn(out, template)
+    origin |= _generation_config(sources, out, eot_id, sampling)
+    fsync_tree(out)
+    return {"eot": eot, "eot_id": eot_id, "origin": origin, "written": _written(out, origin)}
+
+
+def _weights(source: Path, out: Path, merge_onto: Path | None, link: bool) -> dict[str, str]:
+    """The weights and `config.json` in `out`: a LoRA merged onto `merge_onto`, safetensors copied (or
+    linked), pytorch .bin files saved as safetensors. Returns where the weights came from."""
     if is_adapter(source):
         if merge_onto is None:
             raise ACIError(f"{source} is a LoRA adapter and no full model to merge it onto is known")
         _merge_lora(source, merge_onto, out)
-        origin["weights"] = f"LoRA {source} merged onto {merge_onto}"
-        config_from = out
-    elif safetensors_files(source):
+        return {"weights": f"LoRA {source} merged onto {merge_onto}"}
+    if safetensors_files(source):
         gone = missing_shards(source)
         if gone:
             raise ACIError(f"{source} is incomplete: shards {', '.join(gone[:3])} named by {WEIGHTS_INDEX} are missing")
@@ -273,39 +294,50 @@ def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | 
             _copy(p, out / p.name, link)
         if (source / WEIGHTS_INDEX).is_file():
             _copy(source / WEIGHTS_INDEX, out / WEIGHTS_INDEX, link)
-        origin["weights"] = str(source)
-        config_from = source
-    elif bin_files(source):
-        _resave_bin(source, out)
-        origin["weights"] = f"{source} (pytorch .bin saved as safetensors)"
-        config_from = out
-    else:
-        raise ACIError(f"{source} holds no model weights (no *.safetensors, pytorch_model*.bin or adapter_config.json)")
-    if config_from is source:
         if not (source / CONFIG).is_file():
             raise ACIError(f"{source} has weights but no {CONFIG}")
         _copy(source / CONFIG, out / CONFIG, link)
+        return {"weights": str(source)}
+    if bin_files(source):
+        _resave_bin(source, out)
+        return {"weights": f"{source} (pytorch .bin saved as safetensors)"}
+    raise ACIError(f"{source} holds no model weights (no *.safetensors, pytorch_model*.bin or adapter_config.json)")
 
-    sources = [d for d in (source, merge_onto, base_dir) if d is not None]
+
+def _tokenizer(sources: list[Path], out: Path, template: str | None, set_template: bool, link: bool, *,
+               base_dir: Path | None) -> dict[str, str]:
+    """The tokenizer and processor files in `out`, each from the first of `sources` that has them, and
+    `template` as the tokenizer's chat template where the checkpoint (`sources[0]`) brings none of its
+    own or `set_template` asks. Returns where each came from."""
     tok_from = next((d for d in sources if has_tokenizer(d)), None)
     if tok_from is None:
-        raise ACIError(f"no tokenizer found in {source}" + (f" or {base_dir}" if base_dir else "")
+        raise ACIError(f"no tokenizer found in {sources[0]}" + (f" or {base_dir}" if base_dir else "")
                        + "; the checkpoint and the base model both lack tokenizer files")
     for name in TOKENIZER_FILES:
         if (tok_from / name).is_file():
             _copy(tok_from / name, out / name, link)
-    origin["tokenizer"] = str(tok_from)
-    if template:
+    origin = {"tokenizer": str(tok_from)}
+    source = sources[0]
+    own = tokenizer_template(source) if tok_from == source else None
+    if template and (set_template or own is None):
         _set_template(out, template)
         origin["template"] = "run card template"
+    elif own is not None:
+        origin["template"] = f"{source}'s own" + ("" if not template or own == template else
+                                                   " (differs from the run card template)")
     proc_from = next((d for d in sources if any((d / n).is_file() for n in PROCESSOR_FILES)), None)
     if proc_from is not None:
         for name in PROCESSOR_FILES:
             if (proc_from / name).is_file():
                 _copy(proc_from / name, out / name, link)
         origin["processor"] = str(proc_from)
+    return origin
 
-    eot, eot_id = end_of_turn(out, template)
+
+def _generation_config(sources: list[Path], out: Path, eot_id: int, sampling: dict | None) -> dict[str, str]:
+    """`generation_config.json` in `out`, from the first of `sources` that has one (else new): the end of
+    turn first among the eos ids, the pad id from `config.json` when it names none, and `sampling` in
+    place of its sampling keys. Returns where it came from (and the sampling's name)."""
     gen_from = next((d for d in sources if (d / GENERATION_CONFIG).is_file()), None)
     gen = dict(read_json(gen_from / GENERATION_CONFIG) or {}) if gen_from else {}
     config = read_json(out / CONFIG) or {}
@@ -313,6 +345,7 @@ def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | 
     gen["eos_token_id"] = [eot_id, *[i for i in eos if i != eot_id]]
     if "pad_token_id" not in gen and config.get("pad_token_id") is not None:
         gen["pad_token_id"] = config["pad_token_id"]
+    origin = {}
     if sampling is not None:
         from aci import sampling as sampling_mod
 
@@ -320,8 +353,24 @@ def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | 
         origin["sampling"] = sampling_mod.name(sampling)
     write_json(out / GENERATION_CONFIG, gen)
     origin["generation_config"] = str(gen_from) if gen_from else "new"
-    fsync_tree(out)
-    return {"eot": eot, "eot_id": eot_id, "origin": origin}
+    return origin
+
+
+def _written(out: Path, origin: dict[str, str]) -> dict[str, str]:
+    """Each file of `out` and where it came from, in words (what promotion lists)."""
+    written = {TEMPLATE_FILE: origin.get("template", origin["tokenizer"]), GENERATION_CONFIG:
+               f"written: end-of-turn id first in eos_token_id, from {origin['generation_config']}"
+               + (f", sampling {origin['sampling']}" if "sampling" in origin else "")}
+    if origin.get("template") == "run card template":
+        written["tokenizer_config.json"] = f"from {origin['tokenizer']}, chat_template set to the run card template"
+    kinds = [(TOKENIZER_FILES, "tokenizer"), (PROCESSOR_FILES, "processor")]
+    out_files = {}
+    for p in sorted(out.iterdir()):
+        if not p.is_file():
+            continue
+        kind = next((k for names, k in kinds if p.name in names), "weights")
+        out_files[p.name] = written.get(p.name) or f"from {origin.get(kind, origin['weights'])}"
+    return out_files
 
 
 def _set_template(out: Path, template: str) -> None:

@@ -81,15 +81,16 @@ def _run(ctx: Context, cfg: dict, folder: Path) -> dict:
         out_dir = ctx.state.root / runner.EVALS / f"smoke-{iso().replace(':', '')}"
         ev = runner.make_evaluator(ctx, spec, out_dir)
         t = ev.run(cfg["path"], 0)
-        return {"detail": f"{ev.id} scored {t.score:.4g} ({t.details.get('metric')}) on {t.samples} samples"}
+        return {"detail": f"{ev.id} scored {t.score:.4g} ({t.details.get('metric')}) on {t.samples or 'an unknown number of'} samples"}
     ck = checkpoints.resolve(ctx, cfg["checkpoint"])
     entry = runner.evaluate(ctx, ck, spec, job=folder.name, progress=lambda p: jobs.write_progress(p, folder))
-    print(f"{ck.id}: {entry['score']:.4g} on {entry.get('samples')} samples ({entry['eval_id']})", flush=True)
+    print(f"{ck.id}: {entry['score']:.4g} on {entry.get('samples') or 'unknown'} samples ({entry['eval_id']})",
+          flush=True)
     done = {"eval_id": entry["eval_id"], "score": entry["score"], "range": entry["range"],
             "samples": entry.get("samples")}
     if cfg.get("promote"):
         jobs.write_progress(done, folder)
-        result = promotion.promote(ctx, ck.id, prefer=entry)
+        result = promotion.promote(ctx, ck.id, prefer=entry, set_template=spec.set_template)
         print(f"promoted {result.checkpoint} to {result.path}", flush=True)
     return done
 

@@ -91,6 +91,6 @@ class LMEvalEvaluator:
             v = s.get(name)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 per_sample[str(s.get("doc_id"))] = float(v)
-        n = ((out.get("n-samples") or {}).get(self.task) or {}).get("effective") or len(per_sample) or self.limit
+        n = ((out.get("n-samples") or {}).get(self.task) or {}).get("effective") or len(per_sample) or None
         return Trial(seed=seed, score=float(out["results"][self.task][full]), samples=n,
                      per_sample=per_sample or None, details={"metric": full})

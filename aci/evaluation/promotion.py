@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -36,6 +37,8 @@ class Promotion(BaseModel):
     reference: str | None = Field(None, description="the checkpoint it had to beat")
     comparison: stats.Comparison | None = None
     best: dict | None = None
+    files: dict[str, str] = Field(default_factory=dict, description="every file written into final_model, with "
+                                                                   "where it came from")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -108,7 +111,7 @@ def decide(ctx: Context, ck: Checkpoint, reference: str, prefer: dict | None = N
 
 
 def install(ctx: Context, ck: Checkpoint, evaluation: dict, comparison: stats.Comparison | None,
-            reference: str | None) -> Promotion:
+            reference: str | None, set_template: bool = False) -> Promotion:
     """Build `ck` into `final_model/` atomically and record it (no decision: call with the lock held)."""
     tag = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', ck.id)[:40]}-{uuid.uuid4().hex[:6]}"
     final = swap.final_dir(ctx.workdir)
@@ -124,7 +127,9 @@ def install(ctx: Context, ck: Checkpoint, evaluation: dict, comparison: stats.Co
     disk.require_free(ctx.workdir, size, f"promoting {ck.id} (the new {swap.FINAL} is built beside the old one)")
 
     def build(out):
-        info = runner.prepare(ctx, ck, out, link=False)
+        if ck.root:  # a link added since registration would be copied as what it points to
+            ctx.check_links(Path(ck.root), "checkpoint")
+        info = runner.prepare(ctx, ck, out, link=False, set_template=set_template)
         ck.verify(ctx)  # what was copied is what was registered and evaluated
         return info
 
@@ -143,11 +148,17 @@ def install(ctx: Context, ck: Checkpoint, evaluation: dict, comparison: stats.Co
     if ck.sampling is not None:
         notes.append(f"generation_config.json holds the sampling settings {ck.id.rpartition('@')[2]}: vLLM decodes "
                      f"final_model with them")
+    if "differs from the run card template" in (marker.get("origin") or {}).get("template", ""):
+        notes.append(f"kept {ck.id}'s own chat template, which differs from the run card's template: an evaluation "
+                     f"that renders with the tokenizer's template sees the checkpoint's; --set-template writes the "
+                     f"run card's instead")
+    files = {**marker.get("written", {}), swap.MARKER: "written: the promotion record (sha256 of every file)"}
     return Promotion(checkpoint=ck.id, promoted=True, path=str(final), reference=reference, comparison=comparison,
-                     best=best, notes=notes)
+                     best=best, files=files, notes=notes)
 
 
-def promote(ctx: Context, ref: str, *, parent: str | None = None, prefer: dict | None = None) -> Promotion:
+def promote(ctx: Context, ref: str, *, parent: str | None = None, prefer: dict | None = None,
+            set_template: bool = False) -> Promotion:
     """Promote checkpoint `ref` if the rules allow it (see the module docstring); refuse otherwise."""
     with swap.locked(ctx.state.root):
         notes = sync(ctx)
@@ -167,9 +178,9 @@ def promote(ctx: Context, ref: str, *, parent: str | None = None, prefer: dict |
             mine = checkpoints.evaluations(ctx, ck.id)
             if not mine:
                 raise ACIError(f"evaluate {ck.id} before promoting it: aci eval-checkpoint evaluate --checkpoint {ck.id}")
-            result = install(ctx, ck, prefer or mine[-1], None, None)
+            result = install(ctx, ck, prefer or mine[-1], None, None, set_template)
         else:
             evaluation, cmp = decide(ctx, ck, reference, prefer)
-            result = install(ctx, ck, evaluation, cmp, reference)
+            result = install(ctx, ck, evaluation, cmp, reference, set_template)
         result.notes = notes + result.notes
         return result

@@ -27,6 +27,7 @@ from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import checkpoints, folder, stats
 from aci.evaluation.checkpoints import Checkpoint
+from aci.graders import SPEC_HELP
 from aci.state import iso
 
 EVALS = "evals"
@@ -45,17 +46,24 @@ class EvalSpec(BaseModel):
     task: str | None = Field(None, description="lm-eval: task name (built-in, or defined in --task-dir)")
     task_dir: str | None = Field(None, description="lm-eval: folder of local task YAMLs")
     dev_set: str | None = Field(None, description="dev: JSONL of held-out task records (each names its grader)")
-    grader: str | None = Field(None, description="dev: grader for tasks that name none, e.g. last-number")
-    limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command gets "
-                              "--limit -1, which PostTrainBench's evaluate.py reads as all); without it the eval "
-                              "command's own default applies (PostTrainBench: 150 GSM8K, 50 GPQA); comparisons "
-                              "need the rules' minimum")
+    grader: str | None = Field(None, description=f"dev: grader for tasks that name none: {SPEC_HELP}")
+    unsafe_grader: bool = Field(False, description="dev: let unit-tests run the model's code as root where no sandbox "
+                                                   "can drop root (rule sandbox; journaled as a weakening)")
+    limit: int | None = Field(None, ge=-1, description="samples per trial; -1 = every item (the eval command's limit "
+                              "option gets the value plan init learnt means all, else -1, which an evaluate.py "
+                              "with a --limit option reads as all); without it the eval command's own default "
+                              "applies (read it: often a dev subset); refused when the command has no {limit}; "
+                              "comparisons need the rules' minimum")
     trials: int = Field(1, ge=1, le=20, description="independent trials (seeds 0..k-1): mean and min-max range")
     seeds: list[int] | None = Field(None, description="explicit seeds (overrides --trials)")
-    temperature: float = Field(0.0, ge=0, description="dev: 0 = greedy; > 0 samples with each trial's seed")
+    temperature: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                description="dev: 0 = greedy; > 0 samples with each trial's seed")
     max_new_tokens: int = Field(256, ge=1, description="dev: tokens generated per reply")
     batch_size: int = Field(8, ge=1, description="dev and lm-eval: prompts per forward pass")
-    timeout_s: float = Field(3600, gt=0, description="command: seconds per trial before the command is killed")
+    set_template: bool = Field(False, description="build the evaluated (and promoted) folder with the run card's "
+                               "template as its tokenizer's chat template even where the checkpoint has its own "
+                               "(default: keep the checkpoint's own tokenizer and template files)")
+    timeout_s: float = Field(3600, gt=0, allow_inf_nan=False, description="command: seconds per trial before the command is killed")
 
     @field_validator("limit")
     @classmethod
@@ -98,8 +106,10 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
         key = spec.metric_key or card.metric_key
         same = template == card.eval_command and key == card.metric_key
         label = "eval-command" if same else f"command:{_sha8(template, key or '')}"
+        mapped = card.eval_options if template == card.eval_command else None
         return CommandEvaluator(template, metric_key=key, limit=spec.limit, timeout_s=spec.timeout_s,
-                                cwd=ctx.workdir, out_dir=out_dir, label=label)
+                                cwd=ctx.workdir, out_dir=out_dir, label=label,
+                                limit_all=mapped.limit_all if mapped else None)
     if spec.evaluator == "lm-eval":
         from aci.evaluation.lmeval import LMEvalEvaluator
 
@@ -124,13 +134,22 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
         name = path.name
     label = f"dev:{name}@" + _sha8(file_hash(path), spec.grader or "", f"{spec.temperature:g}",
                                    str(spec.max_new_tokens))
-    return DevSetEvaluator(path, limit=spec.items(), template=template_text(ctx), default_grader=spec.grader,
-                           temperature=spec.temperature, max_new_tokens=spec.max_new_tokens,
-                           batch_size=spec.batch_size, workdir=ctx.workdir, out_dir=out_dir,
-                           check_host=lambda h: ctx.rules.check_host(h, judge=True), label=label)
+    ev = DevSetEvaluator(path, limit=spec.items(), template=template_text(ctx), default_grader=spec.grader,
+                         temperature=spec.temperature, max_new_tokens=spec.max_new_tokens,
+                         batch_size=spec.batch_size, workdir=ctx.workdir, out_dir=out_dir,
+                         check_host=lambda h: ctx.rules.check_host(h, judge=True), label=label,
+                         unsafe_grader=spec.unsafe_grader)
+    from aci.graders import code_sandbox
+    from aci.graders.sandbox import record
+
+    box = code_sandbox((t.get("grader") or spec.grader for t in ev.tasks), unsafe_grader=spec.unsafe_grader)
+    if box is not None:
+        record(ctx, box, "eval-checkpoint")
+        ev.sandbox_note = box.note
+    return ev
 
 
-def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool) -> dict:
+def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool, set_template: bool = False) -> dict:
     """Build `ck` as the benchmark would load it into `out` (see `folder.build`)."""
     if ck.local is None:
         raise ACIError(f"checkpoint {ck.id} has no local folder ({ck.path})")
@@ -145,7 +164,7 @@ def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool) -> dict:
             raise ACIError(f"{ck.id} is a LoRA adapter but the model it was trained on has no local folder "
                            f"(parent chain {' -> '.join(checkpoints.ancestry(ctx, ck))})")
         return folder.build(ck.local, out, base_dir=checkpoints.base(ctx).local, merge_onto=onto,
-                            template=template_text(ctx), link=link, sampling=ck.sampling)
+                            template=template_text(ctx), set_template=set_template, link=link, sampling=ck.sampling)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -171,9 +190,10 @@ def warnings_for(ctx: Context, spec: EvalSpec, evaluator, samples: int | None) -
     out = []
     minimum = checkpoints.min_samples(ctx)
     if samples is None:
-        out.append("the eval command reported no sample count and no --limit was given, so the number of items "
-                   "scored is unknown: this result cannot pass the baseline gate or justify a promotion (rule "
-                   f"min-eval-samples); evaluate with --limit {minimum} or more")
+        out.append("the evaluator reported no sample count (no count in its metrics JSON, no inspect log, no "
+                   "per-sample JSONL log), so the number of items scored is unknown, whatever --limit asked for: "
+                   "this result cannot pass the baseline gate or justify a promotion (rule min-eval-samples); make "
+                   "the command write a count (e.g. `n` beside the score)")
     elif samples < minimum:
         out.append(f"{samples} samples is under the minimum of {minimum} for comparisons (rule min-eval-samples): "
                    f"this result cannot pass the baseline gate or justify a promotion; use --limit {minimum} or more")
@@ -182,6 +202,8 @@ def warnings_for(ctx: Context, spec: EvalSpec, evaluator, samples: int | None) -
         out.append("the eval command has no {seed} placeholder: trials differ only by the evaluator's own sampling")
     if n > 1 and spec.evaluator == "dev" and spec.temperature == 0:
         out.append("greedy decoding makes every trial identical: use --temperature > 0 for a meaningful range")
+    if getattr(evaluator, "sandbox_note", ""):
+        out.append(evaluator.sandbox_note)
     return out
 
 
@@ -203,7 +225,7 @@ def evaluate(ctx: Context, ck: Checkpoint, spec: EvalSpec, *, job: str | None = 
         model_path = ck.path
         if ck.id != checkpoints.BASE:
             work = ctx.workdir / WORK / eval_id
-            prepare(ctx, ck, work, link=True)
+            prepare(ctx, ck, work, link=True, set_template=spec.set_template)
             model_path = str(work)
         for i, seed in enumerate(seeds):
             if progress:
@@ -232,12 +254,15 @@ def _entry(ctx, ck, spec, evaluator, trials, seeds, eval_id, duration, error, jo
                   seeds=seeds[:len(trials)] if error else seeds, scores=[t.score for t in trials],
                   duration_s=round(duration, 2), error=error, eval_id=eval_id, job=job)
     extra: dict = {"kind": spec.evaluator}
+    if spec.evaluator == "command" and evaluator is not None and not evaluator.seeded:
+        extra["seeds_passed"] = False  # the seeds label the trials; the command never received them
     if trials:
         fields["metric"] = trials[0].details.get("metric")
         extra["inspect_logs"] = [t.details["inspect_log"] for t in trials if t.details.get("inspect_log")]
         # What the evaluator reported, else the explicit limit; never the benchmark's size, which an eval
         # command need not score whole (PostTrainBench's evaluate.py scores 150 GSM8K items without --limit).
-        samples = min((t.samples for t in trials if t.samples), default=None)
+        # unknown if any trial's count is: a known count must cover every trial it is claimed for
+        samples = None if any(not t.samples for t in trials) else min(t.samples for t in trials)
         fields["samples"] = samples
         if not error:
             score, rng = stats.aggregate(trials)
@@ -253,7 +278,8 @@ def _record(ctx: Context, ck: Checkpoint, entry: dict, trials: list[stats.Trial]
     else:
         lo, hi = entry["range"]
         spread = f" (range {lo:.4g}..{hi:.4g})" if len(trials) > 1 else ""
-        msg = f"{ck.id} scored {entry['score']:.4g}{spread} on {entry.get('samples')} samples by {entry['evaluator']}"
+        msg = f"{ck.id} scored {entry['score']:.4g}{spread} on {entry.get('samples') or 'an unknown number of'} " \
+              f"samples by {entry['evaluator']}"
     with ctx.state.event("eval", msg, tool="eval-checkpoint", data={"eval_id": entry["eval_id"], "checkpoint": ck.id}) as w:
         if ck.new:
             w.append(records.CHECKPOINTS, ck.registration())

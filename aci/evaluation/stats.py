@@ -12,8 +12,8 @@ samples is noise. A comparison therefore states its method and is only `decided`
 * **two-proportion z-test** (scores are proportions in [0, 1] and sample counts are known, e.g.
   `evaluate.py` accuracies): A beats B at one-sided p < 0.05.
 
-Evaluations with fewer samples than the rules' minimum, or whose sample count is unknown (the eval
-command reported none and no `--limit` was given), are never decided (rule `min-eval-samples`).
+Evaluations with fewer samples than the rules' minimum, or whose sample count is unknown (the evaluator
+reported none: a limit asked for is not a count), are never decided (rule `min-eval-samples`).
 """
 
 from __future__ import annotations
@@ -115,9 +115,9 @@ def compare(a_id: str, a: dict, a_samples: dict[str, float] | None, b_id: str, b
     unknown = [cid for cid, n in counts if n is None]
     if unknown:
         return Comparison(**base, method="none", decided=False, beats=False,
-                          reason=f"the sample count of {' and '.join(unknown)} is unknown (the eval command reported "
-                                 f"none and no --limit was given; rule min-eval-samples): evaluate both with "
-                                 f"--limit {minimum} or more")
+                          reason=f"the sample count of {' and '.join(unknown)} is unknown (the evaluator reported "
+                                 f"none; rule min-eval-samples): evaluate both with a command that reports the count "
+                                 f"it scored, on {minimum} or more samples")
     short = [f"{cid} has {n}" for cid, n in counts if n < minimum]
     if short:
         return Comparison(**base, method="none", decided=False, beats=False,

@@ -14,27 +14,48 @@ reward functions and dev-set evaluation. A spec is a name or `{"type": name, ...
 | `python:mod:fn` | `fn(task, response, tool_calls)` returns 1 | as final answer / tool call |
 | `command` | the command prints 1 for the JSON on its stdin | as final answer / tool call |
 | `judge` | an LLM judge with a rubric returns 1 | as final answer |
+
+`GRADERS` is the one list of them: every name, help text and check elsewhere is derived from it and from
+the classes' attributes (`Grader.written`, `inline`, `minimal_spec`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from aci.errors import ACIError
 from aci.graders.answers import Choice, FinalAnswer, LastNumber, Regex
 from aci.graders.base import Grader, Score
-from aci.graders.code import UnitTests
+from aci.graders.code import UnitTests, admit
 from aci.graders.external import Command, PythonFunction
 from aci.graders.judge import Judge
+from aci.graders.sandbox import Sandbox
 from aci.graders.toolcall import ToolCall
 
-__all__ = ["Grader", "Score", "grader_for", "grade", "parse_spec", "check_spec", "NAMES"]
+__all__ = ["Grader", "Score", "grader_for", "grade", "parse_spec", "check_spec", "code_sandbox", "runs_inline",
+           "GRADERS", "NAMES", "SPEC_HELP"]
 
-_SIMPLE: dict[str, type[Grader]] = {g.name: g for g in (FinalAnswer, LastNumber, Choice, UnitTests, ToolCall, Regex)}
-NAMES = (*_SIMPLE, "python:module:function", "command", "judge")
+GRADERS: dict[str, type[Grader]] = {g.name: g for g in (
+    FinalAnswer, LastNumber, Choice, UnitTests, ToolCall, Regex, PythonFunction, Command, Judge)}
+NAMES = tuple(g.written or g.name for g in GRADERS.values())  # as a spec string writes each
+
+
+def _and(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else "".join(words)
+
+
+def _spec_help() -> str:
+    alone = [g.written or g.name for g in GRADERS.values() if g.minimal_spec is None]
+    needing = [g for g in GRADERS.values() if g.minimal_spec is not None]
+    shape = {k: v if k == "type" else "..." for k, v in needing[0].minimal_spec.items()}
+    return (f"a name ({', '.join(alone)}) or a JSON object with options ({_and([g.name for g in needing])} need "
+            f"one), e.g. {json.dumps(shape)}")
+
+
+SPEC_HELP = _spec_help()  # how a grader spec is written, for the description of every `grader` option
 _CACHE: dict[tuple, Grader] = {}
 
 
@@ -59,32 +80,52 @@ def parse_spec(spec: str | dict | None) -> dict[str, Any]:
 def check_spec(spec: str | dict) -> dict[str, Any]:
     """`parse_spec`, refusing a grader type that does not exist (without building the grader)."""
     spec = parse_spec(spec)
-    if spec["type"] not in (*_SIMPLE, "python", "command", "judge"):
+    if spec["type"] not in GRADERS:
         raise ACIError(f"unknown grader {spec['type']!r}; known: {', '.join(NAMES)}")
     return spec
 
 
+def code_sandbox(specs: Iterable[str | dict | None], *, unsafe_grader: bool) -> Sandbox | None:
+    """The sandbox model code will run in when any of these grader specs runs it (`unit-tests`), else None.
+    Where that sandbox would leave the code root's powers and `unsafe_grader` is False: the `sandbox` rule's
+    refusal, before anything runs. A spec that does not parse is left to the grading to report."""
+    for spec in specs:
+        try:
+            runs_code = spec is not None and parse_spec(spec)["type"] == UnitTests.name
+        except ACIError:
+            continue
+        if runs_code:
+            return admit(unsafe_grader)
+    return None
+
+
+def runs_inline(spec: str | dict | None) -> bool:
+    """Whether the grader of `spec` only reads the response (`Grader.inline`), so a caller on an event loop
+    may grade there; False for one that does more, and for a spec that does not parse (the grading will
+    report it)."""
+    try:
+        grader = GRADERS.get(parse_spec(spec)["type"]) if spec is not None else None
+    except ACIError:
+        return False
+    return grader is not None and grader.inline
+
+
 def grader_for(spec: str | dict, *, workdir: Path | None = None,
-               check_host: Callable[[str], None] | None = None) -> Grader:
+               check_host: Callable[[str], None] | None = None, unsafe_grader: bool = False) -> Grader:
     """Build (or reuse) the grader for `spec`.
 
     `workdir` is where `python:` modules and `command`s are found and run; `check_host(host)` is
     called with a judge endpoint's host before use (pass `lambda h: ctx.rules.check_host(h, judge=True)`).
+    `unsafe_grader` lets `unit-tests` run model code as root where no sandbox can drop root (the caller's
+    `--unsafe-grader`, never a spec option: a task's own spec must not grant it); otherwise building it
+    there is the `sandbox` rule's refusal.
     """
     spec = check_spec(spec)
-    key = (json.dumps(spec, sort_keys=True, default=str), str(workdir), check_host)
+    key = (json.dumps(spec, sort_keys=True, default=str), str(workdir), check_host, unsafe_grader)
     found = _CACHE.get(key)
     if found is not None:
         return found
-    kind = spec["type"]
-    if kind in _SIMPLE:
-        grader = _SIMPLE[kind](spec)
-    elif kind == "python":
-        grader = PythonFunction(spec, workdir)
-    elif kind == "command":
-        grader = Command(spec, workdir)
-    else:  # "judge": check_spec refused every other type
-        grader = Judge(spec, check_host)
+    grader = GRADERS[spec["type"]].build(spec, workdir=workdir, check_host=check_host, unsafe_grader=unsafe_grader)
     if len(_CACHE) >= 64:
         _CACHE.clear()
     _CACHE[key] = grader
@@ -92,9 +133,11 @@ def grader_for(spec: str | dict, *, workdir: Path | None = None,
 
 
 def grade(task: dict, response: str, tool_calls: list[dict] | None = None, default: str | dict | None = None,
-          *, workdir: Path | None = None, check_host: Callable[[str], None] | None = None) -> Score:
+          *, workdir: Path | None = None, check_host: Callable[[str], None] | None = None,
+          unsafe_grader: bool = False) -> Score:
     """Score `response` to `task` with the task's own grader, else `default`."""
     spec = task.get("grader") or default
     if spec is None:
         raise ACIError(f"task {task.get('id')!r} names no grader and no default was given")
-    return grader_for(spec, workdir=workdir, check_host=check_host).score(task, response, tool_calls)
+    return grader_for(spec, workdir=workdir, check_host=check_host, unsafe_grader=unsafe_grader).score(
+        task, response, tool_calls)

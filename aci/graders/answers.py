@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from aci.errors import ACIError
@@ -36,6 +37,7 @@ class FinalAnswer(Grader):
     """
 
     name = "final-answer"
+    inline = True
     DEFAULT_PATTERN = r"(?im)^[ \t]*\**ANSWER\**[ \t]*:[ \t]*(.*?)[ \t]*$"
 
     def __init__(self, spec):
@@ -78,6 +80,7 @@ class LastNumber(Grader):
     """The last number in the response (commas and `$` ignored) equals the numeric gold answer."""
 
     name = "last-number"
+    inline = True
 
     def _want(self, task) -> float:
         want = as_number(normalise(gold_answer(task, self.name), ("strip", "commas", "dollar", "period")))
@@ -116,13 +119,14 @@ _ANSWER_ANYWHERE = re.compile(r"answer\s*:\s*([a-z\d ,]+)(?:\W|$)", re.IGNORECAS
 class Choice(Grader):
     """A multiple-choice letter, read as the evaluation reads it: the first `ANSWER: X` line.
 
-    Exactly the rule of inspect_ai's `multiple_choice` scorer (PostTrainBench's GPQA), so a reply scores
+    Exactly the rule of inspect_ai's `multiple_choice` scorer (`choice`), so a reply scores
     here what it scores there: `ANSWER: C` counts, `ANSWER: c`, `ANSWER: (C)`, `ANSWER: C is right`,
     `The answer is (C)` and a lone `C` do not, and a second `ANSWER:` line never overrides the first.
     Options: `letters` (allowed letters, default A-D, widened to reach the gold letter).
     """
 
     name = "choice"
+    inline = True
 
     def _letters(self, task) -> str:
         letters = str(self.option("letters", "ABCD")).upper()
@@ -175,11 +179,13 @@ class Regex(Grader):
     """
 
     name = "regex"
+    inline = True
+    minimal_spec = {"type": "regex", "pattern": r"\b42\b"}
 
     def __init__(self, spec):
         super().__init__(spec)
         if not isinstance(self.option("pattern"), str):
-            raise ACIError("regex grader needs a `pattern` option, e.g. {\"type\": \"regex\", \"pattern\": \"\\\\b42\\\\b\"}")
+            raise ACIError(f"regex grader needs a `pattern` option, e.g. {json.dumps(self.minimal_spec)}")
         flags = re.IGNORECASE if self.option("ignorecase") else 0
         self.pattern = _compile(self.spec["pattern"], "regex grader pattern", flags)
         self.full = bool(self.option("fullmatch"))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -40,12 +42,32 @@ Response = tuple[str, list[dict] | None]
 
 
 class Grader:
-    """Base class: subclasses implement `_score`, `gold` and `corrupt`; `score` adds the never-raise guard."""
+    """Base class: subclasses implement `_score`, `gold` and `corrupt`; `score` adds the never-raise guard.
 
-    name = "grader"
+    The class attributes are what the rest of the product knows about a grader, read from the registry
+    (`aci.graders.GRADERS`) rather than listed by hand: help texts, the Markdown check, where a rollout
+    grades.
+    """
+
+    name = "grader"  # the spec's `type`
+    # How a spec string writes it, where that is more than `name` (`python:module:function`).
+    written: str | None = None
+    # True where scoring only reads the response (no code run, no command, no request): cheaper than a
+    # thread hop, so the rollout loop grades on its event loop. False, the default for a new grader, grades
+    # in a worker thread, where a slow grader cannot stall the other trajectories.
+    inline = False
+    # The smallest spec, with the options the grader cannot do without, where its name (as `written`)
+    # alone is refused; None where it alone is a spec.
+    minimal_spec: dict[str, Any] | None = None
 
     def __init__(self, spec: dict[str, Any]):
         self.spec = spec
+
+    @classmethod
+    def build(cls, spec: dict[str, Any], *, workdir: Path | None, check_host: Callable[[str], None] | None,
+              unsafe_grader: bool) -> Grader:
+        """The grader for `spec`, given what `grader_for` knows; each subclass takes the part it needs."""
+        return cls(spec)
 
     def score(self, task: dict, response: str, tool_calls: list[dict] | None = None) -> Score:
         if not isinstance(response, str):

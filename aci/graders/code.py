@@ -2,10 +2,13 @@
 
 A pass needs proof that every test ran, not exit status 0: `aci/graders/harness.py` writes a per-run
 random token to a private pipe after the last test statement returned (see its docstring for what the
-response can and cannot patch). The process group is killed at the wall-clock limit (`while True:
-pass`), and the harness sets CPU-time, address-space, file-size (an endless `print` ends at the limit)
-and process-count limits, plus, where the kernel allows, new PID and network namespaces (no network;
-nothing the code started outlives it). Output goes to files, so a flood costs bounded disk, not memory.
+response can and cannot patch). The harness runs in the strongest sandbox this machine allows
+(`aci/graders/sandbox.py`: bubblewrap with an unprivileged uid, no capabilities and private mount, PID and
+network namespaces; else a partial one, named in every score's reason; as root with no way to drop root,
+a refusal under rule `sandbox` unless the caller passed `--unsafe-grader`). The process group is killed
+at the wall-clock limit (`while True: pass`), and the harness sets CPU-time, address-space, file-size (an
+endless `print` ends at the limit) and process-count limits. Output goes to files, so a flood costs
+bounded disk, not memory.
 """
 
 from __future__ import annotations
@@ -19,15 +22,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 from aci.errors import ACIError
-from aci.graders.base import Grader, Response, Score, gold, gold_answer, short
+from aci.graders.base import REASON_CHARS, Grader, Response, Score, gold, gold_answer, short
+from aci.graders.sandbox import BWRAP_ENV, Sandbox, candidates
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.S | re.I)
 HARNESS = Path(__file__).with_name("harness.py")
+HARNESS_NAME = "aci_harness.py"  # its copy in the work folder (the sandbox shows nothing of the package)
 OUTPUT_MB = 16  # per file the code writes, stdout and stderr included
 MAX_PROCESSES = 64
+PATH = "/usr/local/bin:/usr/bin:/bin"
+# What the probe grades in each candidate sandbox: a definition, a test, and an import after the switch to
+# the sandbox's uid (a Python that uid cannot read fails here, not in the first real task).
+PROBE = ("def f():\n    return 1\n", "import decimal, json\nassert f() == 1\n")
 
 
 def extract_code(response: str) -> str:
@@ -61,8 +72,14 @@ class UnitTests(Grader):
 
     name = "unit-tests"
 
-    def __init__(self, spec):
+    @classmethod
+    def build(cls, spec, *, workdir, check_host, unsafe_grader):
+        return cls(spec, unsafe_grader=unsafe_grader)
+
+    def __init__(self, spec, *, unsafe_grader: bool = False):
         super().__init__(spec)
+        self.unsafe_grader = unsafe_grader
+        admit(unsafe_grader)
         self.timeout = float(self.option("timeout", 10))
         self.memory_mb = int(self.option("memory_mb", 1024))
         self.max_processes = int(self.option("max_processes", MAX_PROCESSES))
@@ -80,7 +97,7 @@ class UnitTests(Grader):
         code = extract_code(response)
         if not code.strip():
             return Score.of(0, "no code in the response")
-        return run_tests(code, tests, self.timeout, self.memory_mb, self.max_processes)
+        return run_tests(code, tests, self.timeout, self.memory_mb, self.max_processes, unsafe_grader=self.unsafe_grader)
 
     def gold(self, task) -> Response:
         self._tests(task)
@@ -92,12 +109,52 @@ class UnitTests(Grader):
         return f"```python\n{stub if stub is not None else 'pass'}\n```", None
 
 
-def _process_budget(extra: int) -> int:
-    """RLIMIT_NPROC for the harness: as root it counts a uid of its own (see harness.py), otherwise every
-    process of the caller's uid, so the budget is those plus `extra`."""
-    if os.geteuid() == 0:
-        return extra
-    uid, mine = os.getuid(), 0
+def sandbox() -> Sandbox:
+    """The sandbox graded code runs in here: the first candidate whose probe task scores 1 (the last one when
+    none does), found once per process and per switch (`ACI_BWRAP`, PATH: where bwrap and setpriv are found)."""
+    return _found(os.geteuid(), os.environ.get(BWRAP_ENV), os.environ.get("PATH"))
+
+
+@cache
+def _found(*_key) -> Sandbox:
+    options = candidates()
+    failed: list[str] = []  # why each stronger candidate did not work here
+    for i, box in enumerate(options):
+        score, said, err = _run(box, *PROBE, timeout=10, memory_mb=1024, max_processes=MAX_PROCESSES)
+        if score.score == 1 or i == len(options) - 1:
+            if box.kind == "full":
+                return box
+            return replace(box, why="; ".join([*([box.why] if box.why else []), *failed])).with_isolation(
+                b"isolated" in said)
+        what = "bwrap" if box.kind == "full" else f"the harness as uid {box.uid}"
+        said_last = err.splitlines()[-1].removeprefix("bwrap: ") if err else score.reason
+        failed.append(f"{what} failed here: {short(said_last.split(', likely')[0], 80)}")
+    raise AssertionError("candidates() is never empty")
+
+
+def sandbox_note() -> str:
+    """What every result that graded code must say about the sandbox ('' when it is the full one)."""
+    return sandbox().note
+
+
+def admit(unsafe_grader: bool) -> Sandbox:
+    """The sandbox, or the `sandbox` rule's refusal where the code would keep root's powers and the caller did
+    not pass --unsafe-grader."""
+    from aci import rules
+
+    box = sandbox()
+    if box.kind == "unsafe" and not unsafe_grader:
+        raise rules.load("default").refuse(
+            "sandbox", f"model code would run as root without isolation here ({box.note}); install bubblewrap "
+                       f"(Debian/Ubuntu: apt-get install bubblewrap), or pass --unsafe-grader to run it anyway, "
+                       f"which the journal records as a weakening")
+    return box
+
+
+def _process_budget(uid: int, extra: int) -> int:
+    """RLIMIT_NPROC for the harness: the kernel counts every process of the uid the code runs as, so the
+    budget is those it has now plus `extra`."""
+    mine = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
@@ -107,16 +164,38 @@ def _process_budget(extra: int) -> int:
     return mine + extra
 
 
-def run_tests(code: str, tests: str, timeout: float, memory_mb: int, max_processes: int = MAX_PROCESSES) -> Score:
-    """Run `code` then `tests` in the harness; 1 only when the harness proves the last test returned."""
+def run_tests(code: str, tests: str, timeout: float, memory_mb: int, max_processes: int = MAX_PROCESSES, *,
+              unsafe_grader: bool = False) -> Score:
+    """Run `code` then `tests` in the harness; 1 only when the harness proves the last test returned. A sandbox
+    short of the full one is named at the end of the reason."""
+    box = admit(unsafe_grader)
+    score, _, _ = _run(box, code, tests, timeout, memory_mb, max_processes)
+    if not box.note:
+        return score
+    return Score.of(score.score, f"{short(score.reason, REASON_CHARS - len(box.note) - 2)}; {box.note}")
+
+
+@cache
+def _harness_source() -> bytes:
+    return HARNESS.read_bytes()
+
+
+def _run(box: Sandbox, code: str, tests: str, timeout: float, memory_mb: int,
+         max_processes: int) -> tuple[Score, bytes, str]:
+    """(score, what the harness said on its pipe, the tail of stderr) of one run in `box`."""
     token = secrets.token_hex(16).encode()
     with tempfile.TemporaryDirectory(prefix="aci-grade-") as tmp:
         folder = Path(tmp)
-        (folder / "solution.py").write_text(code, encoding="utf-8")
-        (folder / "tests.py").write_text(tests, encoding="utf-8")
+        work = folder / "work"  # the only folder the code may write (the sandbox's /tmp); its output stays outside
+        work.mkdir()
+        (work / "solution.py").write_text(code, encoding="utf-8")
+        (work / "tests.py").write_text(tests, encoding="utf-8")
+        (work / HARNESS_NAME).write_bytes(_harness_source())
+        if box.uid != os.geteuid():  # root hands the work folder to the sandbox's uid, which may pass through tmp
+            os.chown(work, box.uid, box.uid)
+            folder.chmod(0o711)
         cpu = max(1, int(timeout) + 1)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONHASHSEED": "0", "HOME": tmp}
+        env = {"PATH": PATH, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "HOME": box.home(work)}
         token_r, token_w = os.pipe()
         done_r, done_w = os.pipe()
         open_fds = {token_r, token_w, done_r, done_w}
@@ -127,22 +206,23 @@ def run_tests(code: str, tests: str, timeout: float, memory_mb: int, max_process
                 os.close(fd)
 
         args = [str(token_r), str(done_w), str(memory_mb << 20), str(cpu), str(OUTPUT_MB << 20),
-                str(_process_budget(max_processes))]
+                str(_process_budget(box.uid, max_processes)), str(int(box.isolate))]
+        command = box.command(work, [sys.executable, "-I", HARNESS_NAME, *args])
         start = time.monotonic()
         try:
             os.write(token_w, token)
             close(token_w)
             with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", str(HARNESS), *args], cwd=folder, stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=err, env=env, start_new_session=True, pass_fds=(token_r, done_w),
+                    command, cwd=work, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                    start_new_session=True, pass_fds=(token_r, done_w),
                 )
                 close(token_r)
                 close(done_w)
                 try:
                     rc = proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
-                    return Score.of(0, f"timeout: killed after {timeout:g} s time limit")
+                    return Score.of(0, f"timeout: killed after {timeout:g} s time limit"), b"", ""
                 finally:
                     _kill_group(proc)  # children it left behind (the PID namespace takes the rest)
             os.set_blocking(done_r, False)
@@ -157,8 +237,8 @@ def run_tests(code: str, tests: str, timeout: float, memory_mb: int, max_process
         tail = (folder / "stderr").read_bytes()[-4000:].decode("utf-8", "replace").strip()
     proven = token + b" done" in said.splitlines()
     if rc == 0 and proven:
-        return Score.of(1, f"tests passed in {elapsed:.2f} s")
-    return Score.of(0, _failure(rc, tail, timeout, elapsed, memory_mb))
+        return Score.of(1, f"tests passed in {elapsed:.2f} s"), said, tail
+    return Score.of(0, _failure(rc, tail, timeout, elapsed, memory_mb)), said, tail
 
 
 def _failure(rc: int, tail: str, timeout: float, elapsed: float, memory_mb: int) -> str:

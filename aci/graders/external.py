@@ -43,7 +43,12 @@ def as_score(value: Any, source: str) -> Score:
 
 
 class _Generic(Grader):
-    """Gold and corruption when the grader itself is opaque: the gold answer or gold tool calls."""
+    """Gold and corruption when the grader itself is opaque: the gold answer or gold tool calls. Both run
+    in the run's workdir."""
+
+    @classmethod
+    def build(cls, spec, *, workdir, check_host, unsafe_grader):
+        return cls(spec, workdir)
 
     def gold(self, task) -> Response:
         if gold(task).get("tool_calls") and not gold(task).get("answer"):
@@ -91,10 +96,14 @@ class PythonFunction(_Generic):
     """
 
     name = "python"
+    written = "python:module:function"
 
     def __init__(self, spec, workdir: Path | None = None):
         super().__init__(spec)
-        self.target = spec["function"]
+        self.target = spec.get("function")
+        if not isinstance(self.target, str):
+            raise ACIError('python grader needs a function: python:module:function, or {"type": "python", '
+                           '"function": "module:function"}')
         self.fn = load_function(self.target, workdir)
         try:
             params = inspect.signature(self.fn).parameters.values()
@@ -120,6 +129,7 @@ class Command(_Generic):
     """
 
     name = "command"
+    minimal_spec = {"type": "command", "command": "python grade.py"}
 
     def __init__(self, spec, workdir: Path | None = None):
         super().__init__(spec)
@@ -127,7 +137,7 @@ class Command(_Generic):
         if isinstance(command, str):
             command = shlex.split(command)
         if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
-            raise ACIError('command grader needs `command`, e.g. {"type": "command", "command": "python grade.py"}')
+            raise ACIError(f"command grader needs `command`, e.g. {json.dumps(self.minimal_spec)}")
         self.command = command
         self.timeout = float(spec.get("timeout", 30))
         self.workdir = workdir

@@ -1,11 +1,12 @@
-"""The unit-test grader's sandbox process: `python -I harness.py TOKEN_FD DONE_FD MEM CPU FSIZE NPROC`.
+"""The unit-test grader's harness process: `python -I harness.py TOKEN_FD DONE_FD MEM CPU FSIZE NPROC ISOLATE`.
 
-Started by `aci.graders.code` in a fresh folder holding `solution.py` (the response's code) and
-`tests.py` (the task's tests); standard library only, never imported by `aci`. A pass is proven by the
-line `<token> done` on the DONE_FD pipe, which this file writes only after the last test statement
-returned. The token arrives on TOKEN_FD (read and closed before any response code runs) and never
-touches a file, an argument or the environment, so exiting early (`sys.exit(0)`, `os._exit(0)`, an
-`atexit` hook that raises `SystemExit`, a signal) proves nothing: exit status 0 alone is not a pass.
+Started by `aci.graders.code` in a fresh work folder holding `solution.py` (the response's code) and
+`tests.py` (the task's tests), inside the sandbox `aci.graders.sandbox` chose (bubblewrap where it works);
+standard library only, never imported by `aci`. A pass is proven by the line `<token> done` on the DONE_FD
+pipe, which this file writes only after the last test statement returned. The token arrives on TOKEN_FD
+(read and closed before any response code runs) and never touches a file, an argument or the environment,
+so exiting early (`sys.exit(0)`, `os._exit(0)`, an `atexit` hook that raises `SystemExit`, a signal)
+proves nothing: exit status 0 alone is not a pass.
 
 Before the tests run, what the response could have patched is put back: the `builtins` module's
 names, trace and profile hooks, `sys.stdout`/`stderr`/`excepthook`. The tests run in their own
@@ -14,12 +15,12 @@ Both files are read and the tests compiled before the response runs, so deleting
 `tests.py` changes nothing.
 
 Limits: address space (MEM bytes, 0 = none), CPU seconds, bytes per written file (FSIZE: an endless
-`print` dies at the limit), processes. Where the kernel allows it (root, or unprivileged user
-namespaces) the code runs in new PID and network namespaces: it sees no network interface at all, and
-when it ends every process it started, even one that left the process group, dies with the namespace.
-As root, the process count (RLIMIT_NPROC) is enforced by giving the code the real uid 65534 (files are
-still read with effective uid 0, so a Python installed under /root keeps working) and dropping the
-capabilities that would lift or undo that. Otherwise NPROC is counted against the caller's own uid.
+`print` dies at the limit), processes (NPROC, counted by the kernel against this uid). `no_new_privs` is
+always set. With ISOLATE=1 (the grader found no bubblewrap, which makes these namespaces itself) the harness
+makes new user, PID and network namespaces where the kernel allows it: the code sees no network interface,
+every process it started dies with the namespace's init, and the capabilities the new user namespace gives
+are dropped before the code runs; where it managed, the line `<token> isolated` goes to DONE_FD first, so
+the grader's probe learns what this machine allows.
 
 What stays possible: code written to search this process's memory for the token and write it to the
 pipe. No reward-hacking policy stumbles on that; the trace shows it.
@@ -32,11 +33,7 @@ import resource
 import sys
 
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-NOBODY = 65534
-# CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_ADMIN, CAP_SYS_RESOURCE: with any of them the code could
-# raise its limits again or return to the real uid 0, which the kernel exempts from RLIMIT_NPROC.
-DROPPED_CAPS = (6, 7, 8, 21, 24)
-PR_CAPBSET_DROP = 24
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 
 
 def _libc():
@@ -44,11 +41,8 @@ def _libc():
 
 
 def isolate() -> bool:
-    """New PID and network namespaces for the children of this process; False where not permitted."""
-    libc = _libc()
-    if os.geteuid() == 0 and libc.unshare(CLONE_NEWPID | CLONE_NEWNET) == 0:
-        return True
-    return libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET) == 0
+    """New user, PID and network namespaces for the children of this process; False where not permitted."""
+    return _libc().unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET) == 0
 
 
 class _CapHeader(ctypes.Structure):
@@ -59,18 +53,15 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def drop_root_for_nproc() -> None:
-    """Real uid NOBODY (RLIMIT_NPROC counts it), effective uid 0 kept for file access, caps dropped."""
+def drop_capabilities() -> None:
+    """Give up the capabilities a new user namespace grants (over its own objects only, but none is needed):
+    the bounding set first (that needs CAP_SETPCAP), then every set, so nothing can be regained."""
     libc = _libc()
-    for cap in DROPPED_CAPS:
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
-    os.setresuid(NOBODY, 0, 0)
     header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()
-    if libc.capget(ctypes.byref(header), data) != 0:
-        raise OSError(ctypes.get_errno(), "capget")
-    for cap in DROPPED_CAPS:
-        for field in ("effective", "permitted", "inheritable"):
-            setattr(data[0], field, getattr(data[0], field) & ~(1 << cap))
     if libc.capset(ctypes.byref(header), data) != 0:
         raise OSError(ctypes.get_errno(), "capset")
 
@@ -80,8 +71,6 @@ def limit(mem: int, cpu: int, fsize: int, nproc: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    if os.geteuid() == 0 and os.getuid() == 0:
-        drop_root_for_nproc()
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
@@ -121,22 +110,26 @@ def _status(raw: int) -> int:
 
 
 def main() -> None:
-    token_fd, done_fd, mem, cpu, fsize, nproc = (int(a) for a in sys.argv[1:7])
+    token_fd, done_fd, mem, cpu, fsize, nproc, wanted = (int(a) for a in sys.argv[1:8])
     token = os.read(token_fd, 256).strip()
     os.close(token_fd)
     with open("solution.py", encoding="utf-8") as f:
         solution = f.read()
     with open("tests.py", encoding="utf-8") as f:
         tests = f.read()
-    if not isolate():
+    if _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if not (wanted and isolate()):
         limit(mem, cpu, fsize, nproc)
         run(token, done_fd, solution, tests)
+    os.write(done_fd, token + b" isolated\n")
     # This process stays outside the namespaces; its first child is the PID namespace's init, which waits for
     # the worker: when the init ends, the kernel kills whatever the worker left behind.
     init = os.fork()
     if init == 0:
         worker = os.fork()
         if worker == 0:
+            drop_capabilities()
             limit(mem, cpu, fsize, nproc)
             run(token, done_fd, solution, tests)
         os.close(done_fd)

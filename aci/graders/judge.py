@@ -10,11 +10,10 @@ must not leave the machine through a proxy.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -28,7 +27,15 @@ DEFAULT_RUBRIC = ("Score 1 if the response fully and correctly answers the task 
 SYSTEM = ("You are a strict, impartial grader. Judge the RESPONSE to the TASK by the RUBRIC. Reply with exactly "
           'one JSON object and nothing else: {"score": <number from 0 to 1>, "reason": "<one short sentence>"}.')
 _THINK = re.compile(r"<think>.*?</think>", re.S)
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@functools.cache
+def _no_proxy():
+    """The opener every judge request goes through, ignoring the environment's proxies. `urllib.request`
+    (and `ssl` with it) loads here, on the first request: the grader registry is read at server start."""
+    import urllib.request
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def chat_url(endpoint: str) -> str:
@@ -77,13 +84,17 @@ class Judge(Grader):
     """
 
     name = "judge"
+    minimal_spec = {"type": "judge", "endpoint": "http://127.0.0.1:8000/v1", "model": "judge", "rubric": "..."}
+
+    @classmethod
+    def build(cls, spec, *, workdir, check_host, unsafe_grader):
+        return cls(spec, check_host)
 
     def __init__(self, spec, check_host: Callable[[str], None] | None = None):
         super().__init__(spec)
         endpoint, model = spec.get("endpoint"), spec.get("model")
         if not isinstance(endpoint, str) or not isinstance(model, str) or not model:
-            raise ACIError('judge grader needs `endpoint` and `model`, e.g. {"type": "judge", '
-                           '"endpoint": "http://127.0.0.1:8000/v1", "model": "judge", "rubric": "..."}')
+            raise ACIError(f"judge grader needs `endpoint` and `model`, e.g. {json.dumps(self.minimal_spec)}")
         host = endpoint_host(endpoint)
         if check_host is not None:
             check_host(host)
@@ -116,9 +127,12 @@ class Judge(Grader):
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        import urllib.error
+        import urllib.request
+
         request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
         try:
-            with _NO_PROXY.open(request, timeout=self.timeout) as reply:
+            with _no_proxy().open(request, timeout=self.timeout) as reply:
                 data = json.loads(reply.read())
         except urllib.error.HTTPError as e:
             return Score.of(0, f"judge request failed: HTTP {e.code} {short(e.read().decode('utf-8', 'replace'), 100)}")

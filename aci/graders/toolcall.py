@@ -14,7 +14,6 @@ from typing import Any
 from aci import hermes
 from aci.errors import ACIError
 from aci.graders.base import Grader, Response, Score, gold, short, wrong_number
-from aci.tasks import plain_tool_calls
 
 
 def parse_hermes(text: str) -> list[dict]:
@@ -71,14 +70,19 @@ class ToolCall(Grader):
     """
 
     name = "tool-call"
+    inline = True
 
     def _gold(self, task) -> list[dict]:
+        from aci.tasks import plain_tool_calls  # here, not at import: the registry is read at server start
+
         calls = gold(task).get("tool_calls")
         if not isinstance(calls, list) or not calls:
             raise ACIError(f"task {task.get('id')!r}: grader tool-call needs gold.tool_calls")
         return plain_tool_calls(calls, f"task {task.get('id')!r}: gold.tool_calls")
 
     def _score(self, task, response, tool_calls):
+        from aci.tasks import plain_tool_calls
+
         want = self._gold(task)
         try:
             got = plain_tool_calls(tool_calls if tool_calls else parse_hermes(response), "response")

@@ -8,8 +8,8 @@ import html
 from datetime import datetime
 from pathlib import Path
 
-from aci.report import plots
 from aci.report.data import Run, latest_evaluations, short_name
+from aci.report.plots import plot_histograms, plot_losses, plot_phases, plot_scores
 from aci.state import parse_ts
 
 PAGE = "report.html"
@@ -229,10 +229,10 @@ def render(run: Run, out: Path) -> Path:
         note = ('<p class="muted">No plots: matplotlib is not installed '
                 '(<code>pip install "posttrain-aci[plots]"</code>).</p>')
     else:
-        scores = plots.plot_scores(run, out / "scores.png")
-        losses = plots.plot_losses(run, out / "loss.png")
-        phase_png = plots.plot_phases(run, out / "phases.png")
-        hists = plots.plot_histograms(run, out)
+        scores = plot_scores(run, out / "scores.png")
+        losses = plot_losses(run, out / "loss.png")
+        phase_png = plot_phases(run, out / "phases.png")
+        hists = plot_histograms(run, out)
         note = ""
     c = run.card
     title = f"{Path(c['base_model']).name} on {c['benchmark']}"

@@ -48,6 +48,8 @@ class RolloutOptions(BaseModel):
     min_reward: float | None = Field(None, ge=0, le=1, description="export threshold (default: success threshold)")
     max_per_task: int | None = Field(None, ge=1, description="export at most N kept samples per task (easy tasks "
                                      "solved in every trial would otherwise dominate)")
+    unsafe_grader: bool = Field(False, description="let unit-tests run the policy's code as root where no sandbox can "
+                                                   "drop root (rule sandbox; journaled as a weakening)")
 
 
 class RolloutRequest(RolloutOptions, Sampling):
@@ -94,7 +96,7 @@ def config(req: RolloutRequest, ctx: Context) -> RolloutConfig:
     if not req.tasks:
         raise ACIError("run needs --tasks FILE")
     tasks = ctx.path(req.tasks, must_exist=True, what="tasks file")
-    out = ctx.path(req.out or f"rollouts/{tasks.stem}", what="output folder")
+    out = ctx.path(req.out or f"rollouts/{tasks.stem}", what="output folder", kind="folder")
     settings = Settings(**req.model_dump(include=set(Sampling.model_fields)), extra=req.settings or {})
     return RolloutConfig(**req.model_dump(include=set(RolloutOptions.model_fields)), tasks=str(tasks), out=str(out),
                          grader=req.grader, settings=settings)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -38,7 +39,7 @@ def _keys(value: str, workdir: Path) -> set[str]:
     value = value.strip()
     keys = {value.lower(), value.rstrip("/\\").lower()}
     p = Path(value).expanduser()
-    if p.is_absolute() or value.startswith(".") or (workdir / p).exists():
+    if p.is_absolute() or value.startswith(".") or os.path.exists(workdir / p):  # False for a name too long
         keys.add(str((p if p.is_absolute() else workdir / p).resolve()).lower())
     m = _HUB_CACHE.search(value)
     if m:

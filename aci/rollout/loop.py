@@ -32,10 +32,6 @@ from aci.rollout.policy import Policy, PolicyError, Reply, Settings
 from aci.rollout.trace import Step, TaskTrace, Turn
 from aci.state import append_jsonl, iso, read_jsonl
 
-# Graders that only read the response run on the loop (a thread hop costs more than they do); those that
-# run code, commands or an LLM judge run in a worker thread so they never stall other trajectories.
-INLINE_GRADERS = frozenset({"final-answer", "last-number", "choice", "regex", "tool-call"})
-
 
 @dataclass
 class Limits:
@@ -220,13 +216,11 @@ class _Task:
         return [t["function"]["name"] for t in (self.task.get("tools") or env.tools)]
 
     def _inline_grader(self) -> bool:
-        from aci.graders import parse_spec
+        """Graders that only read the response run on the loop (a thread hop costs more than they do); those
+        that run code, commands or an LLM judge run in a worker thread so they never stall other trajectories."""
+        from aci.graders import runs_inline
 
-        spec = self.task.get("grader") or self.r.default_grader
-        try:
-            return spec is not None and parse_spec(spec)["type"] in INLINE_GRADERS
-        except ACIError:
-            return False
+        return runs_inline(self.task.get("grader") or self.r.default_grader)
 
     async def _grade(self, started: str, duration: float, stop: str, error: str | None) -> TaskTrace:
         last = next((t.reply for t in reversed(self.turns) if t.reply is not None), None)

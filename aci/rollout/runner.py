@@ -38,6 +38,7 @@ class RunReport(BaseModel):
     tools: dict[str, Any] | None = None
     metrics: metrics.RunMetrics
     export: export_mod.ExportCounts
+    sandbox: str | None = Field(None, description="where graded code ran (unit-tests), and what that sandbox lacks")
 
 
 def load_task_list(cfg: RolloutConfig) -> list[dict]:
@@ -120,7 +121,7 @@ def _grader(ctx: Context, cfg: RolloutConfig):
 
     def score(task: dict, response: str, tool_calls: list[dict]):
         return grade(task, response, tool_calls, default=cfg.grader, workdir=ctx.workdir,
-                     check_host=lambda h: ctx.rules.check_host(h, judge=True))
+                     check_host=lambda h: ctx.rules.check_host(h, judge=True), unsafe_grader=cfg.unsafe_grader)
 
     return score
 
@@ -136,7 +137,11 @@ def summarise(cfg: RolloutConfig) -> tuple[metrics.RunMetrics, export_mod.Export
 
 
 async def _prepare(ctx: Context, cfg: RolloutConfig):
-    """Every check a run needs, in order, before any trajectory: host, policy lineage, tools, tasks, resume."""
+    """Every check a run needs, in order, before any trajectory: host, policy lineage, tools, tasks, the sandbox
+    of graded code (rule sandbox), resume."""
+    from aci.graders import code_sandbox
+    from aci.graders.sandbox import record
+
     if cfg.endpoint:
         policy, checkpoint = await _endpoint_policy(ctx, cfg)
     else:
@@ -144,12 +149,13 @@ async def _prepare(ctx: Context, cfg: RolloutConfig):
     try:
         tools = tool_source(ctx, cfg)
         tasks = load_task_list(cfg)
+        box = code_sandbox((t.get("grader") or cfg.grader for t in tasks), unsafe_grader=cfg.unsafe_grader)
         fingerprint = cfg.fingerprint(policy.describe(), tools.describe() if tools else None)
         _check_resume(cfg, fingerprint)
     except BaseException:
         await policy.aclose()
         raise
-    return policy, checkpoint, tools, tasks, fingerprint
+    return policy, checkpoint, tools, tasks, fingerprint, record(ctx, box, "run-trajectory") if box else None
 
 
 def check(ctx: Context, cfg: RolloutConfig) -> None:
@@ -170,7 +176,7 @@ def check(ctx: Context, cfg: RolloutConfig) -> None:
 
 
 async def _execute(ctx: Context, cfg: RolloutConfig, progress) -> RunReport:
-    policy, checkpoint, tools, tasks, fingerprint = await _prepare(ctx, cfg)
+    policy, checkpoint, tools, tasks, fingerprint, sandbox = await _prepare(ctx, cfg)
     try:
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(cfg.out_dir / CONFIG, {**cfg.model_dump(mode="json"), "fingerprint": fingerprint,
@@ -190,7 +196,7 @@ async def _execute(ctx: Context, cfg: RolloutConfig, progress) -> RunReport:
         await policy.aclose()
     m, exported = summarise(cfg)
     return RunReport(out=cfg.out, counts=vars(counts), policy=policy.describe(), policy_checkpoint=checkpoint,
-                     tools=tools.describe() if tools else None, metrics=m, export=exported)
+                     tools=tools.describe() if tools else None, metrics=m, export=exported, sandbox=sandbox)
 
 
 def execute(ctx: Context, cfg: RolloutConfig, progress=None) -> RunReport:

@@ -1,9 +1,10 @@
 """Adapters: the shapes people already have (chat `messages`, `prompt`/`completion`, `question`/`answer`
-as in GSM8K or PostTrainBench test files, plain `text`) turned into task records and SFT samples, and the
-texts of a row as training and the contamination check read them."""
+as in GSM8K or PostTrainBench test files, plain `text`) told apart (`row_shape`) and turned into task
+records and SFT samples."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -17,9 +18,9 @@ _HINT_SHAPES = f"{_TASK_SHAPES}; or `text` (plain text)"
 
 
 _GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$", re.S)
-_QUESTION_KEYS = ("question", "problem", "Question", "Problem")
-_ANSWER_KEYS = ("answer", "Answer")
-_PASSAGE_KEYS = ("passage", "context", "document")
+QUESTION_KEYS = ("question", "problem", "Question", "Problem")
+ANSWER_KEYS = ("answer", "Answer")
+PASSAGE_KEYS = ("passage", "context", "document")
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -29,11 +30,11 @@ def json_kind(value: Any) -> str:
             type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def _first(row: dict, keys: tuple[str, ...]) -> str | None:
+def first_key(row: dict, keys: tuple[str, ...]) -> str | None:
     return next((k for k in keys if k in row), None)
 
 
-def _text(value: Any, loc: str, field: str) -> str:
+def as_text(value: Any, loc: str, field: str) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -69,7 +70,7 @@ def _messages(value: Any, loc: str, field: str) -> list[dict]:
     """A prompt/completion value: a string becomes one turn, a list is taken as chat turns."""
     if isinstance(value, list):
         return [_normal_message(m) for m in value]
-    return [{"role": "user", "content": _text(value, loc, field)}]
+    return [{"role": "user", "content": as_text(value, loc, field)}]
 
 
 def _normal_message(m: Any) -> Any:
@@ -92,7 +93,7 @@ def _choices_prompt(question: str, choices: list, loc: str) -> str:
         raise ACIError(f"{loc}: field choices: at most {len(_LETTERS)} choices, got {len(choices)}")
     lines = [question, ""]
     for i, choice in enumerate(choices):
-        lines.append(f"{_LETTERS[i]}. {_text(choice, loc, 'choices')}")
+        lines.append(f"{_LETTERS[i]}. {as_text(choice, loc, 'choices')}")
     return "\n".join(lines)
 
 
@@ -124,7 +125,7 @@ def row_shape(row: dict, loc: str) -> str:
         return "messages"
     if "prompt" in row and "completion" in row:
         return "prompt-completion"
-    if _first(row, _QUESTION_KEYS) and _first(row, _ANSWER_KEYS):
+    if first_key(row, QUESTION_KEYS) and first_key(row, ANSWER_KEYS):
         return "question-answer"
     if "text" in row:
         if not isinstance(row["text"], str) or not row["text"].strip():
@@ -133,60 +134,6 @@ def row_shape(row: dict, loc: str) -> str:
         return "text"
     keys = ", ".join(sorted(row)) or "none"
     raise ACIError(f"{loc}: no known record shape (keys: {keys}); expected {_HINT_SHAPES}")
-
-
-def _content_text(content: Any) -> str:
-    """A turn's text: a string, or the text parts of a multimodal-style list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
-
-
-def _turn_texts(turns: Any) -> list[str]:
-    out = []
-    for m in turns if isinstance(turns, list) else ():
-        if not isinstance(m, dict):
-            continue
-        content = m.get("content")
-        out.append(content if type(content) is str else _content_text(content))
-        if m.get("tool_calls"):
-            out.append(json.dumps(m["tool_calls"], ensure_ascii=False))
-    return out
-
-
-def row_texts(row: dict, loc: str) -> list[str]:
-    """Every text of a training row in reading order: turns (system, user, assistant, tool, with tool
-    calls as JSON) in order; prompt then completion; passage, question, choices, answer, solution; a task's
-    prompt turns then its gold (answer, worked solution, tool calls). What the contamination check scans."""
-    shape = row_shape(row, loc)
-    if shape == "text":
-        return [row["text"]]
-    if shape in ("messages", "task"):
-        out = _turn_texts(row.get("messages"))
-    elif shape == "prompt-completion":
-        out = []
-        for key in ("prompt", "completion"):
-            value = row[key]
-            out += _turn_texts(value) if isinstance(value, list) else [_text(value, loc, key)]
-    else:
-        passage = _first(row, _PASSAGE_KEYS)
-        out = [row[passage]] if passage and isinstance(row[passage], str) else []
-        q_key, a_key = _first(row, _QUESTION_KEYS), _first(row, _ANSWER_KEYS)
-        out.append(_text(row[q_key], loc, q_key))
-        choices = row.get("choices", row.get("options"))
-        out += [str(c) for c in choices] if isinstance(choices, list) else []
-        out.append(_text(row[a_key], loc, a_key))
-    if shape == "task" and isinstance(row["gold"], dict):
-        gold = row["gold"]
-        out += [str(gold["answer"])] if gold.get("answer") not in (None, "") else []
-        out += [json.dumps(gold["tool_calls"], ensure_ascii=False)] if gold.get("tool_calls") else []
-    meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
-    solution = row.get("solution", meta.get("solution"))
-    if shape != "prompt-completion" and isinstance(solution, str) and solution not in out:
-        out.append(solution)
-    return [t for t in out if t]
 
 
 def to_task(row: dict, loc: str, default_id: str) -> dict:
@@ -200,82 +147,22 @@ def to_task(row: dict, loc: str, default_id: str) -> dict:
         raise ACIError(f"{loc}: a `text` row is plain text, with no prompt turns or gold answer to grade; "
                        f"this needs task records ({_TASK_SHAPES})")
     if "gold" in row:
-        task = {"id": default_id, "subtype": None, "grader": None, "meta": {}, **row}
-        if "type" not in task:
-            task["type"] = _infer_type(task)
-        if isinstance(task.get("messages"), list):
-            task["messages"] = [_normal_message(m) for m in task["messages"]]
-        if "tools" in task:
-            task["tools"] = _tools(task["tools"])
-        return validate(task, "task", loc)
-    meta = {}
-    gold: dict[str, Any] = {}
-    grader = row.get("grader")
-    q_key, a_key = _first(row, _QUESTION_KEYS), _first(row, _ANSWER_KEYS)
+        return _given_task(row, loc, default_id)
     if "messages" in row:
-        msgs = row["messages"]
-        if not isinstance(msgs, list):
-            raise ACIError(f"{loc}: field messages: expected an array of turns, got {json_kind(msgs)}")
-        msgs = [_normal_message(m) for m in msgs]
-        last = len(msgs) - 1
-        if last >= 1 and isinstance(msgs[last], dict) and msgs[last].get("role") == "assistant":
-            answer_turn, msgs = msgs[last], msgs[:last]
-            if answer_turn.get("content"):
-                gold["answer"] = _text(answer_turn["content"], loc, f"messages.{last}.content")
-            if answer_turn.get("tool_calls"):
-                gold["tool_calls"] = plain_tool_calls(answer_turn["tool_calls"], f"{loc}: messages.{last}")
-        used = {"messages"}
+        found = _from_messages(row, loc)
     elif "prompt" in row and "completion" in row:
-        msgs = _messages(row["prompt"], loc, "prompt")
-        comp = row["completion"]
-        if isinstance(comp, list):  # conversational completion: the assistant turn(s)
-            turn = comp[-1] if comp and isinstance(comp[-1], dict) else {}
-            if turn.get("content"):
-                gold["answer"] = _text(turn["content"], loc, "completion.content")
-            if turn.get("tool_calls"):
-                gold["tool_calls"] = plain_tool_calls(turn["tool_calls"], f"{loc}: completion")
-        else:
-            gold["answer"] = _text(comp, loc, "completion")
-        used = {"prompt", "completion"}
-    else:  # question-answer
-        question = _text(row[q_key], loc, q_key)
-        answer = row[a_key]
-        choices = row.get("choices", row.get("options"))
-        if isinstance(choices, list) and choices:
-            question = _choices_prompt(question, choices, loc)
-            gold["answer"] = _choice_answer(answer, len(choices), loc)
-            grader = grader or "choice"
-            used = {q_key, a_key, "choices", "options"}
-        else:
-            answer = _text(answer, loc, a_key)
-            final = _GSM8K_FINAL.search(answer)
-            if final:  # GSM8K: reasoning, then `#### 42`; the number is the gold, the rest a solution
-                gold["answer"] = final.group(1).replace(",", "").strip()
-                meta["solution"] = answer
-            else:
-                gold["answer"] = answer.strip()
-            used = {q_key, a_key}
-        passage = _first(row, _PASSAGE_KEYS)
-        msgs = [{"role": "user", "content": question}]
-        if passage and isinstance(row[passage], str):
-            msgs = [{"role": "user", "content": f"{row[passage]}\n\n{question}"}]
-            meta["passage"] = row[passage]
-            used.add(passage)
-    if "solution" in row and isinstance(row["solution"], str):
-        meta.setdefault("solution", row["solution"])
-        used.add("solution")
-    for key in ("id", "type", "subtype", "tools", "grader", "meta"):
-        used.add(key)
-    extra_meta = row.get("meta")
-    if extra_meta is not None and not isinstance(extra_meta, dict):
-        raise ACIError(f"{loc}: field meta: expected an object, got {json_kind(extra_meta)}")
-    meta = {**{k: v for k, v in row.items() if k not in used}, **meta, **(extra_meta or {})}
+        found = _from_prompt_completion(row, loc)
+    else:
+        found = _from_question_answer(row, loc)
+    meta, grader = _meta(row, loc, found), row.get("grader")
+    if not grader and found.grader:  # the shape implies one: lettered choices are graded by `choice`
+        grader = found.grader
     task: dict[str, Any] = {
         "id": str(row["id"]) if isinstance(row.get("id"), (str, int)) and row.get("id") != "" else default_id,
         "type": row.get("type"),
         "subtype": row.get("subtype"),
-        "messages": msgs,
-        "gold": gold,
+        "messages": found.messages,
+        "gold": found.gold,
         "grader": grader,
         "meta": meta,
     }
@@ -286,6 +173,104 @@ def to_task(row: dict, loc: str, default_id: str) -> dict:
         if task["grader"] is None and task["type"] == "tool-use":
             task["grader"] = "tool-call"
     return validate(task, "task", loc)
+
+
+def _given_task(row: dict, loc: str, default_id: str) -> dict:
+    """A row that is already a task record: defaults filled in, turns and tools normalised."""
+    task = {"id": default_id, "subtype": None, "grader": None, "meta": {}, **row}
+    if "type" not in task:
+        task["type"] = _infer_type(task)
+    if isinstance(task.get("messages"), list):
+        task["messages"] = [_normal_message(m) for m in task["messages"]]
+    if "tools" in task:
+        task["tools"] = _tools(task["tools"])
+    return validate(task, "task", loc)
+
+
+@dataclasses.dataclass
+class _Found:
+    """What a row shape yields for a task: prompt turns, gold, what it keeps in `meta`, the row keys it
+    used (the rest go to `meta`), and the grader the shape implies when the row names none."""
+
+    messages: list
+    gold: dict[str, Any]
+    used: set[str]
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    grader: str | None = None
+
+
+def _turn_gold(turn: dict, loc: str, where: str) -> dict[str, Any]:
+    """The gold an assistant turn holds: its text as the answer, its tool calls."""
+    gold: dict[str, Any] = {}
+    if turn.get("content"):
+        gold["answer"] = as_text(turn["content"], loc, f"{where}.content")
+    if turn.get("tool_calls"):
+        gold["tool_calls"] = plain_tool_calls(turn["tool_calls"], f"{loc}: {where}")
+    return gold
+
+
+def _from_messages(row: dict, loc: str) -> _Found:
+    """Chat turns: a last assistant turn (after at least one other) is the gold, the turns before the prompt."""
+    msgs = row["messages"]
+    if not isinstance(msgs, list):
+        raise ACIError(f"{loc}: field messages: expected an array of turns, got {json_kind(msgs)}")
+    msgs = [_normal_message(m) for m in msgs]
+    last, gold = len(msgs) - 1, {}
+    if last >= 1 and isinstance(msgs[last], dict) and msgs[last].get("role") == "assistant":
+        gold = _turn_gold(msgs[last], loc, f"messages.{last}")
+        msgs = msgs[:last]
+    return _Found(msgs, gold, {"messages"})
+
+
+def _from_prompt_completion(row: dict, loc: str) -> _Found:
+    """A prompt (text or turns) and its completion (text, or turns whose last is the gold)."""
+    msgs, comp = _messages(row["prompt"], loc, "prompt"), row["completion"]
+    if isinstance(comp, list):  # conversational completion: the assistant turn(s)
+        gold = _turn_gold(comp[-1] if comp and isinstance(comp[-1], dict) else {}, loc, "completion")
+    else:
+        gold = {"answer": as_text(comp, loc, "completion")}
+    return _Found(msgs, gold, {"prompt", "completion"})
+
+
+def _from_question_answer(row: dict, loc: str) -> _Found:
+    """A question (with its passage and lettered choices, if any) and its answer: a choice letter, the
+    number after GSM8K's `####` (the reasoning before it kept as the solution), or the answer text."""
+    q_key, a_key = first_key(row, QUESTION_KEYS), first_key(row, ANSWER_KEYS)
+    question, answer = as_text(row[q_key], loc, q_key), row[a_key]
+    choices = row.get("choices", row.get("options"))
+    found = _Found([], {}, {q_key, a_key})
+    if isinstance(choices, list) and choices:
+        question = _choices_prompt(question, choices, loc)
+        found.gold["answer"] = _choice_answer(answer, len(choices), loc)
+        found.grader = "choice"
+        found.used |= {"choices", "options"}
+    else:
+        answer = as_text(answer, loc, a_key)
+        final = _GSM8K_FINAL.search(answer)
+        if final:  # GSM8K: reasoning, then `#### 42`; the number is the gold, the rest a solution
+            found.gold["answer"] = final.group(1).replace(",", "").strip()
+            found.meta["solution"] = answer
+        else:
+            found.gold["answer"] = answer.strip()
+    passage = first_key(row, PASSAGE_KEYS)
+    found.messages = [{"role": "user", "content": question}]
+    if passage and isinstance(row[passage], str):
+        found.messages = [{"role": "user", "content": f"{row[passage]}\n\n{question}"}]
+        found.meta["passage"] = row[passage]
+        found.used.add(passage)
+    return found
+
+
+def _meta(row: dict, loc: str, found: _Found) -> dict[str, Any]:
+    """An adapted row's `meta`: the keys no part of the task used, what the shape kept, the row's own `meta`."""
+    meta, used = dict(found.meta), found.used | {"id", "type", "subtype", "tools", "grader", "meta"}
+    if "solution" in row and isinstance(row["solution"], str):
+        meta.setdefault("solution", row["solution"])
+        used.add("solution")
+    own = row.get("meta")
+    if own is not None and not isinstance(own, dict):
+        raise ACIError(f"{loc}: field meta: expected an object, got {json_kind(own)}")
+    return {**{k: v for k, v in row.items() if k not in used}, **meta, **(own or {})}
 
 
 def _infer_type(task: dict, gsm8k: bool = False) -> str:
@@ -322,79 +307,14 @@ def to_sample(row: dict, loc: str) -> dict:
         prompt = _messages(row["prompt"], loc, "prompt")
         comp = row["completion"]
         completion = ([_normal_message(m) for m in comp] if isinstance(comp, list)
-                      else [{"role": "assistant", "content": _text(comp, loc, "completion")}])
+                      else [{"role": "assistant", "content": as_text(comp, loc, "completion")}])
         sample = {k: v for k, v in row.items() if k not in ("prompt", "completion")}
         sample["messages"] = prompt + completion
     else:
-        q_key, a_key = _first(row, _QUESTION_KEYS), _first(row, _ANSWER_KEYS)
+        q_key, a_key = first_key(row, QUESTION_KEYS), first_key(row, ANSWER_KEYS)
         sample = {k: v for k, v in row.items() if k not in (q_key, a_key)}
-        sample["messages"] = [{"role": "user", "content": _text(row[q_key], loc, q_key)},
-                              {"role": "assistant", "content": _text(row[a_key], loc, a_key)}]
+        sample["messages"] = [{"role": "user", "content": as_text(row[q_key], loc, q_key)},
+                              {"role": "assistant", "content": as_text(row[a_key], loc, a_key)}]
     if "tools" in sample:
         sample["tools"] = _tools(sample["tools"])
     return validate(sample, "sft-sample", loc)
-
-
-# -- texts for contamination -------------------------------------------------------------------------
-def record_texts(row: dict) -> dict[str, str]:
-    """The question, answer and passage texts of a raw row, task record or SFT sample.
-
-    Always returns the three keys (empty string when absent). Question = user turns (system prompts are
-    shared boilerplate, not item text); answer = assistant turns, `completion`, `answer`, or the task's
-    gold (its full worked solution when the adapter kept one), tool calls as JSON; passage = a `passage`/`context`/`document`
-    field or one kept in `meta`.
-    """
-    question: list[str] = []
-    answer: list[str] = []
-    passage = ""
-    for key in _PASSAGE_KEYS:
-        if isinstance(row.get(key), str):
-            passage = row[key]
-            break
-    meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
-    passage = passage or (meta.get("passage") if isinstance(meta.get("passage"), str) else "")
-
-    def turns(msgs: Any) -> None:
-        for m in msgs if isinstance(msgs, list) else []:
-            if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-                continue
-            if m.get("role") == "user":
-                question.append(m["content"])
-            elif m.get("role") == "assistant":
-                answer.append(m["content"])
-                if m.get("tool_calls"):
-                    answer.append(json.dumps(m["tool_calls"], ensure_ascii=False))
-
-    if "messages" in row:
-        turns(row["messages"])
-    elif "prompt" in row:
-        if isinstance(row["prompt"], str):
-            question.append(row["prompt"])
-        else:
-            turns(row["prompt"])
-    else:
-        key = _first(row, _QUESTION_KEYS)
-        if key and isinstance(row[key], (str, int, float)):
-            question.append(str(row[key]))
-    if "completion" in row:
-        if isinstance(row["completion"], str):
-            answer.append(row["completion"])
-        else:
-            turns(row["completion"])
-    key = _first(row, _ANSWER_KEYS)
-    if key and "messages" not in row and isinstance(row[key], (str, int, float)):
-        answer.append(str(row[key]))
-    gold = row.get("gold") if isinstance(row.get("gold"), dict) else None
-    if gold is not None:
-        solution = meta.get("solution")
-        if isinstance(solution, str) and solution:
-            answer.append(solution)
-        elif isinstance(gold.get("answer"), str):
-            answer.append(gold["answer"])
-        if gold.get("tool_calls"):
-            answer.append(json.dumps(gold["tool_calls"], ensure_ascii=False))
-    if passage and question and question[0].startswith(passage):  # the adapter put the passage in the prompt
-        question[0] = question[0][len(passage):].lstrip()
-    return {"question": "\n".join(question).strip(), "answer": "\n".join(answer).strip(), "passage": passage.strip()}
-
-

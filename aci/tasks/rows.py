@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aci.errors import ACIError, where
+from aci.files import regular_only
 from aci.tasks.adapters import json_kind, to_sample, to_task
 
 _DECODER = json.JSONDecoder()
@@ -28,6 +29,8 @@ def read_rows(path: Path | str, content: bytes | None = None) -> Iterator[tuple[
     and trains on exactly the bytes it hashed.
     """
     path = Path(path)
+    if content is None:
+        regular_only(path, "data file")  # before open(): a FIFO would block it
     try:
         f = open(path, "rb") if content is None else io.BytesIO(content)
     except FileNotFoundError:

@@ -9,7 +9,7 @@ from pydantic import Field
 from aci import jobs, records
 from aci.context import Context
 from aci.errors import ACIError
-from aci.evaluation import checkpoints, promotion, runner
+from aci.evaluation import checkpoints, final_scoring, promotion, runner
 from aci.evaluation import job as evaljob
 from aci.evaluation.promotion import Promotion
 from aci.evaluation.stats import Comparison
@@ -49,8 +49,10 @@ class EvalCheckpointOutput(ToolOutput):
         r = self.result
         if r:
             rng = f" range {r['range'][0]:.4g}..{r['range'][1]:.4g}" if len(r.get("scores", [])) > 1 else ""
-            lines.append(f"{r['checkpoint']}: {r['score']:.4g}{rng} on {r.get('samples')} samples, "
-                         f"{len(r['seeds'])} trial(s), {r['evaluator']} limit {r.get('limit')} ({r['duration_s']:.0f} s)")
+            seeds = " (no seed reaches the command)" if r.get("seeds_passed") is False and len(r["scores"]) > 1 else ""
+            lines.append(f"{r['checkpoint']}: {r['score']:.4g}{rng} on {r.get('samples') or 'unknown'} samples, "
+                         f"{len(r['scores'])} trial(s){seeds}, {r['evaluator']} limit {r.get('limit')} "
+                         f"({r['duration_s']:.0f} s)")
         if self.comparison:
             c = self.comparison
             verdict = "beats" if c.beats else "does not beat" if c.decided else "cannot be compared with"
@@ -60,11 +62,12 @@ class EvalCheckpointOutput(ToolOutput):
             p = self.promotion
             lines.append(f"promoted {p.checkpoint} to {p.path}" if p.promoted else f"not promoted: {p.notes[-1] if p.notes else ''}")
             lines += [f"  {n}" for n in p.notes if p.promoted]
+            lines += [f"  wrote {name}: {how}" for name, how in p.files.items()]
         if self.job:
             lines.append(f"job {self.job.id} {self.job.status}: aci status (or eval-checkpoint list) shows its result")
         for e in self.evaluations:
             score = f"{e['score']:.4g}" if e.get("score") is not None else "FAILED"
-            lines.append(f"  {e['ts']}  {e['checkpoint']:<32} {score:>8}  n={e.get('samples')}  "
+            lines.append(f"  {e['ts']}  {e['checkpoint']:<32} {score:>8}  n={e.get('samples') or 'unknown'}  "
                          f"{e.get('evaluator')} limit {e.get('limit')}" + (f"  {e['error'][:80]}" if e.get("error") else ""))
         lines += [f"  running job {j.id}: {j.progress}" for j in self.running]
         lines += [f"warning: {w}" for w in self.warnings]
@@ -91,6 +94,8 @@ def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
     # a job too, waited for: no model or eval command stays in the server
     entry = evaljob.evaluate(ctx, ck, spec, exclusive=not inp.concurrent)
     out = EvalCheckpointOutput(action="evaluate", result=entry, warnings=list(entry.get("warnings", [])))
+    few = final_scoring.trials_warning(ctx.rules.profile.final_eval, ctx.card.benchmark, ck.sampling, spec.seed_list())
+    out.warnings += [few] if few else []
     ref = _reference(ctx)
     if ck.id != ref:
         found = promotion.comparison(ctx, ck.id, ref, prefer=entry)
@@ -101,7 +106,7 @@ def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
                                 f"evaluate it the same way before comparing or promoting")
     if inp.promote:
         try:
-            out.promotion = promotion.promote(ctx, ck.id, prefer=entry)
+            out.promotion = promotion.promote(ctx, ck.id, prefer=entry, set_template=inp.set_template)
         except ACIError as e:
             out.promotion = Promotion(checkpoint=ck.id, promoted=False, path=str(ctx.workdir / "final_model"),
                                       reference=ref, notes=[str(e)])
@@ -116,14 +121,15 @@ def eval_checkpoint(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOut
     like <job>/checkpoint-<step>, or a model folder path with --parent; `<id>@greedy` or
     `<id>@temperature=T,top_p=P[,max_new_tokens=N]` is that checkpoint with those sampling settings in its
     generation_config.json, which the eval command's vLLM reads): `command` = the run card's eval
-    command (PostTrainBench `python evaluate.py --model-path {model_path} --limit {limit}
+    command (e.g. `python evaluate.py --model-path {model_path} --limit {limit}
     --json-output-file {output}`; score from --metric-key, else accuracy/score/...), `lm-eval` = --task
     (built-in or in --task-dir), `dev` = --dev-set task records scored by their graders. Every result
     (or failure) is recorded in checkpoints.jsonl with evaluator, limit, samples, seeds, scores, mean,
     min-max range and duration, and compared with the current best (else base). A result under the
     rules' minimum sample count is flagged (rule min-eval-samples). --limit -1 scores every item
-    (without --limit the eval command's own default applies: PostTrainBench's is 150 GSM8K items);
-    the sample count recorded is the one the command reports or its inspect log holds. Checkpoints
+    (without --limit the eval command's own default applies, often a dev subset; a command without
+    {limit} refuses --limit); the sample count recorded is the one the command reports, its inspect
+    log holds or its per-sample log counts, else unknown. Checkpoints
     other than base are evaluated as they would be shipped (LoRA merged, run card template, end-of-turn
     token, sampling settings). Refused while a train, eval or serve job holds the GPU, unless
     --concurrent. --background runs it as a job; --promote promotes afterwards when it wins.
@@ -131,9 +137,11 @@ def eval_checkpoint(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOut
     with the same evaluator and limit? Non-overlapping trial ranges, a paired bootstrap over per-sample
     scores, or a two-proportion z-test (one-sided 5 %); says by how much.
     promote: make the checkpoint final_model only if it derives from the base model and beats the
-    current best (before any promotion: base) on a comparable evaluation; LoRA merged, tokenizer,
-    template, processor files and generation_config end-of-turn written, folder swapped atomically,
-    best.json updated. Base itself may be promoted first as a floor.
+    current best (before any promotion: base) on a comparable evaluation; LoRA merged, the checkpoint's
+    own tokenizer and chat template kept (the run card's template is written only where it has none,
+    or with --set-template), processor files and generation_config end-of-turn written, every file
+    written listed; folder swapped atomically (its contents, when final_model is a mount point that
+    cannot be renamed), best.json updated. Base itself may be promoted first as a floor.
     list: recent evaluations (or those of --checkpoint) and running evaluation jobs."""
     if inp.action == "list":
         ctx.require_card()
@@ -155,5 +163,5 @@ def eval_checkpoint(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOut
         if found is None:
             raise promotion.no_pair_error(ctx, a, b)
         return EvalCheckpointOutput(action="compare", comparison=found[1])
-    result = promotion.promote(ctx, inp.checkpoint, parent=inp.parent)
+    result = promotion.promote(ctx, inp.checkpoint, parent=inp.parent, set_template=inp.set_template)
     return EvalCheckpointOutput(action="promote", promotion=result, comparison=result.comparison)

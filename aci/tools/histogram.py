@@ -136,12 +136,12 @@ def histogram(inp: HistogramInput, ctx: Context) -> HistogramOutput:
 
     saved = None
     if inp.save:
-        out = ctx.path(inp.save, what="save path")
+        out = ctx.path(inp.save, what="save path", kind="file")
         build.save(hist, out)
         saved = str(out)
     plots = []
     if inp.plot_dir:
-        folder = ctx.path(inp.plot_dir, what="plot folder")
+        folder = ctx.path(inp.plot_dir, what="plot folder", kind="folder")
         for name, entry in hist["features"].items():
             tentry = target["features"].get(name) if target else None
             plots.append(str(compare.plot(name, tentry, entry, folder / f"{name}.png")))

@@ -8,19 +8,19 @@ from pydantic import Field
 
 from aci.context import Context
 from aci.errors import ACIError
-from aci.progress import BENCHMARK_CARD, Summary, summarise
+from aci.progress import Summary, summarise
+from aci.records import AgentKind
 from aci.registry import ToolInput, ToolOutput, tool
-
-KINDS = ("decision", "observation", "result", BENCHMARK_CARD, "note")
+from aci.state import DATA_FILE, EVENT_DATA_BYTES, EVENTS
 
 
 class LogStateInput(ToolInput):
     action: Literal["append", "summary"] = Field("append", description="append an event, or summarise the run")
-    kind: Literal["decision", "observation", "result", "benchmark-card", "note"] = Field(
-        "note", description="event kind; benchmark-card records the recon findings"
-    )
+    kind: AgentKind = Field("note", description="event kind; benchmark-card records the recon findings")
     message: str | None = Field(None, max_length=4000, description="one or two sentences")
-    data: dict[str, Any] | None = Field(None, description="structured details (scores, paths, counts)")
+    data: dict[str, Any] | None = Field(None, description=(
+        f"structured details (scores, paths, counts); past {EVENT_DATA_BYTES >> 10} KiB as JSON the largest "
+        f"values go to state/{EVENTS}/<event id>.json, which the event's {DATA_FILE} names"))
     last: int = Field(10, ge=1, le=200, description="summary: how many recent events to include")
 
 

@@ -34,6 +34,7 @@ class RunTrajectoryOutput(ToolOutput):
     policy_checkpoint: str | None = None
     metrics: dict[str, Any] | None = None
     export: dict[str, Any] | None = None
+    sandbox: str | None = Field(None, description="where graded code ran (unit-tests), and what that sandbox lacks")
     next: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:
@@ -55,6 +56,8 @@ class RunTrajectoryOutput(ToolOutput):
                          f"{e['failed']} failed -> {e['failed_file']}")
             if e.get("unsolved_file"):
                 lines.append(f"{e['unsolved']} tasks without a kept sample -> {e['unsolved_file']} (roll them again)")
+        if self.sandbox:
+            lines.append(self.sandbox)
         lines += [f"next: {n}" for n in self.next]
         return "\n".join(lines)
 
@@ -93,7 +96,7 @@ def _run(inp: RunTrajectoryInput, ctx: Context) -> RunTrajectoryOutput:
     return RunTrajectoryOutput(
         action="run", out=report.out, counts=report.counts, policy=report.policy,
         policy_checkpoint=report.policy_checkpoint, metrics=report.metrics.model_dump(mode="json"),
-        export=report.export.model_dump(mode="json"),
+        export=report.export.model_dump(mode="json"), sandbox=report.sandbox,
         next=[f"train on {report.export.kept_file} (SFT) once it holds enough samples"] if report.export.kept else [],
     )
 

@@ -25,6 +25,8 @@ class VerifyTaskOutput(ToolOutput, VerifyReport):
             lines.append(f"rejected {n:>5} {reason}: e.g. {self.examples.get(reason, '')}")
         if self.judge_mean is not None:
             lines.append(f"judge mean score {self.judge_mean:.3f}")
+        if self.sandbox:
+            lines.append(self.sandbox)
         return "\n".join(lines)
 
 

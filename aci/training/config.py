@@ -64,6 +64,7 @@ class GrpoSettings(_Strict):
     beta: float = Field(description="KL coefficient (0: no reference model)")
     use_vllm: bool
     grader: str | dict | None = Field(None, description="reward grader; default each task's own `grader`")
+    unsafe_grader: bool = Field(False, description="unit-tests rewards may run completions as root (--unsafe-grader)")
 
 
 class TrainConfig(Schedule):

@@ -98,7 +98,7 @@ def check_data(ctx: Context, path: Path, sources: list[str]) -> str:
 
 def contamination_gate(ctx: Context, result: dict | None) -> str | None:
     """Why a contamination result (`aci.contamination.verdict.Record`, as the manifest holds it) does not let
-    its file be trained on (None: it does). Only a pass of the judges' algorithm (mode simple), against
+    its file be trained on (None: it does). Only a pass of the SIMPLE n-gram check (mode simple), against
     the run card's pinned reference with items checked, counts: a pass against anything else proves
     nothing about the benchmark. The pass already counts the task's provided tool's flags."""
     if not result or not result.get("verdict"):
@@ -107,7 +107,7 @@ def contamination_gate(ctx: Context, result: dict | None) -> str | None:
         return (f"failed its contamination check ({result.get('counted', result.get('flagged', '?'))} rows counted, "
                 f"{result.get('tolerated_rows', '?')} tolerated)")
     if result.get("mode") != "simple":
-        return f"passed in mode {result.get('mode')}, not the judges' algorithm (mode simple)"
+        return f"passed in mode {result.get('mode')}, not the SIMPLE n-gram check (mode simple)"
     coverage = result.get("coverage") or {}
     if not coverage.get("judge", 0) + coverage.get("short", 0):
         return "passed against a reference of which no item could be checked (0 checked)"

@@ -32,7 +32,7 @@ def deepspeed_config(req: TrainRequest, ctx: Context) -> str | None:
     if not req.deepspeed:
         return None
     if importlib.util.find_spec("deepspeed") is None:
-        raise ACIError("deepspeed is not installed (the PostTrainBench image has none): `pip install deepspeed`, "
+        raise ACIError("deepspeed is not installed here: `pip install deepspeed`, "
                        "or train without --deepspeed (LoRA or gradient checkpointing fit one GPU)")
     if req.deepspeed in config_mod.ZERO_CONFIGS:
         path = config_mod.zero_config(req.deepspeed)
@@ -111,22 +111,39 @@ def check_data(req: TrainRequest, ctx: Context, model_path: str, template_path: 
         long = sum(1 for r in rows if len(tok(r["prompt"], add_special_tokens=False)["input_ids"]) > req.max_length)
         if long:
             warnings.append(f"{long} of {n} prompts exceed max_length={req.max_length} and are cut from the left")
-        check_graders(req, ctx, [r["task"] for r in rows])
+        report["graders"] = check_graders(req, ctx, [r["task"] for r in rows])
     if eot is None:
         warnings.append("the template closes assistant turns with no special end-of-turn token: the model may "
                         "not learn to stop")
     return report, warnings
 
 
-def check_graders(req: TrainRequest, ctx: Context, raw_tasks: list[str]) -> None:
+def check_graders(req: TrainRequest, ctx: Context, raw_tasks: list[str]) -> list[str]:
+    """Build the grader of every checked task (a broken spec fails now, not in the job); returns their types."""
     from aci import graders
 
+    kinds = set()
     for raw in raw_tasks:
         task = json.loads(raw)
         spec = task.get("grader") or req.grader
         if spec is None:
             raise ACIError(f"task {task['id']!r} names no grader: pass --grader (e.g. final-answer)")
-        graders.grader_for(spec, workdir=ctx.workdir)
+        kinds.add(graders.grader_for(spec, workdir=ctx.workdir, unsafe_grader=req.unsafe_grader).name)
+    return sorted(kinds)
+
+
+def code_sandbox(req: TrainRequest, ctx: Context, report: dict) -> list[str]:
+    """GRPO with unit-tests rewards: the sandbox the completions will run in (refused under rule `sandbox`
+    where it keeps root's powers without --unsafe-grader), as the report's `sandbox` and, when it lacks
+    something, a warning. Decided from the checked tasks' graders (kept with a cached check) and --grader."""
+    from aci.graders import code_sandbox as sandbox_for
+    from aci.graders.sandbox import record
+
+    box = sandbox_for([*report.get("graders", []), req.grader], unsafe_grader=req.unsafe_grader)
+    if box is None:
+        return []
+    report["sandbox"] = record(ctx, box, "train")
+    return [box.note] if box.note else []
 
 
 def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, template_path: Path | None,
@@ -149,7 +166,8 @@ def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, 
         merge_lora=req.merge_lora and req.lora, learning_rate=req.rate, deepspeed=deepspeed,
         num_processes=req.num_gpus,
         grpo=GrpoSettings(num_generations=req.num_generations, max_completion_length=req.max_completion_length,
-                          temperature=req.temperature, beta=req.beta, use_vllm=use_vllm, grader=req.grader)
+                          temperature=req.temperature, beta=req.beta, use_vllm=use_vllm, grader=req.grader,
+                          unsafe_grader=req.unsafe_grader)
         if req.method == "grpo" else None,
         stop_at=stop_at.isoformat(timespec="seconds") if stop_at else None,
     )
@@ -172,6 +190,7 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
         raise ACIError(f"grpo: batch_size x grad_accum x num_gpus = {completions} completions must be a multiple "
                        f"of num_generations={req.num_generations}")
     report, warnings = inspect_data(req, ctx, src.path, template_path, data_sha256)
+    warnings = [*warnings, *code_sandbox(req, ctx, report)]
     from aci.training.data import count_rows
 
     rows = count_rows(data_path)

@@ -56,6 +56,8 @@ class TrainRequest(Schedule):
     use_vllm: bool | None = Field(None, description="grpo: generate with vLLM (default: when vllm is installed "
                                                     "and CUDA present)")
     grader: str | None = Field(None, description="grpo: grader for tasks that name none (e.g. final-answer)")
+    unsafe_grader: bool = Field(False, description="grpo: let unit-tests rewards run completions as root where no "
+                                                   "sandbox can drop root (rule sandbox; journaled as a weakening)")
     deepspeed: str | None = Field(None, description="zero2, zero3 (shipped configs) or a DeepSpeed JSON file")
     num_gpus: int = Field(1, ge=1, description="> 1: launch with `accelerate launch --num_processes N`")
     tokens_per_s: float | None = Field(None, gt=0, description="declared throughput for the deadline check "

@@ -11,11 +11,13 @@ from pathlib import Path
 from aci import graders, rules
 
 
-def grader_reward(default: str | dict | None, *, workdir: Path, profile: str) -> Callable[..., list[float]]:
+def grader_reward(default: str | dict | None, *, workdir: Path, profile: str,
+                  unsafe_grader: bool = False) -> Callable[..., list[float]]:
     """A TRL reward function: `(prompts, completions, task, **columns) -> scores in [0, 1]`.
 
     `task` is the dataset column holding each row's task record as JSON (see `data.grpo_prompts`); the
-    task's own `grader` is used, else `default`. A judge grader may only reach hosts the profile allows.
+    task's own `grader` is used, else `default`. A judge grader may only reach hosts the profile allows;
+    `unit-tests` runs completions in its sandbox, as root only with `unsafe_grader` (`train --unsafe-grader`).
     """
     policy = rules.load(profile)
 
@@ -26,7 +28,8 @@ def grader_reward(default: str | dict | None, *, workdir: Path, profile: str) ->
         out = []
         for completion, raw in zip(completions, task, strict=True):
             text = completion if isinstance(completion, str) else completion[-1]["content"]
-            score = graders.grade(json.loads(raw), text, default=default, workdir=workdir, check_host=check_host)
+            score = graders.grade(json.loads(raw), text, default=default, workdir=workdir, check_host=check_host,
+                                  unsafe_grader=unsafe_grader)
             out.append(float(score.score))
         return out
 

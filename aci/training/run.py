@@ -158,7 +158,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
         use_vllm=g.use_vllm, **(vllm_settings() if g.use_vllm else {}),
         max_prompt_length=cfg.max_length,  # TRL 0.27 truncates prompts to this; 1.x has no such setting
     )
-    reward = grader_reward(g.grader, workdir=Path(cfg.workdir), profile=cfg.profile)
+    reward = grader_reward(g.grader, workdir=Path(cfg.workdir), profile=cfg.profile, unsafe_grader=g.unsafe_grader)
     callback.preparing("building the TRL trainer")
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=lora_config(cfg), callbacks=[callback])

@@ -2,14 +2,17 @@
 # posttrain-aci inside a PostTrainBench task container: what every <agent>/solve.sh shares.
 #
 # The harness copies only agents/<name>/solve.sh into the container (as ~/agent_solve.sh) and runs it
-# with bash in the task folder, with PROMPT and AGENT_CONFIG set. A solve.sh sets ACI_AGENT (claude-code,
-# codex or opencode), sources this file (pack.sh inlines it), calls `aci_setup PROMPT`, then
-# `aci_run_agent CLI ARGS... "$ACI_PROMPT"`.
+# with bash in the task folder, with PROMPT and AGENT_CONFIG set and only the API keys that
+# agents/<name>/api_keys.json allows. A solve.sh sets ACI_AGENT (claude-code, codex or opencode), sources
+# this file (pack.sh inlines it), calls `aci_update_cli CLI` (the harness's own CLI update, when it placed
+# ~/update_agent_cli.sh), `aci_setup PROMPT`, then `aci_run_agent CLI ARGS...`, which gives the CLI the
+# prompt on stdin as the harness's own solve.sh files do.
 #
 # The agent always starts. `aci_setup` never fails: it runs the setup steps in a child shell under a time
 # limit (ACI_SETUP_TIMEOUT seconds), logs them to $ACI_HOME/setup.log and to stderr (the harness's
 # solve_out.txt), and sets ACI_PROMPT to the prompt it was given, plus one line pointing at the skill,
 # the `aci` command and that log only when the bundle works (every step up to `aci install` passed).
+# The CLI update runs first, so what it rewrites under ~/.local cannot touch what setup installs.
 # The setup steps:
 #   1. a venv of our own that sees the container's packages: `python -m venv --without-pip
 #      --system-site-packages`, or, where the venv module is missing (Ubuntu's python3.10 without
@@ -22,20 +25,26 @@
 #      checkout), then its requirements under constraints of every package the container already
 #      has (falling back to pinning only the ML stack), so torch/transformers/trl/... are reused;
 #   4. the ML stack's versions, as the container and our venv see them, must be unchanged;
-#   5. `aci install $ACI_AGENT` (skills, MCP registration, pointer file) and a link in ~/.local/bin;
+#   5. the MCP server answers (the SDK's client lists its tools); `aci install $ACI_AGENT` (skills, MCP
+#      registration, pointer file) and a link in ~/.local/bin;
 #      then, not required for the pointer, `aci plan init --profile posttrainbench` with the model and
 #      benchmark read from the prompt (escaped or plain backticks) and the deadline from timer.sh.
 #
 # `aci_run_agent` runs the agent as a child. When it exits, on TERM or INT, or 3 minutes after the
 # timer's deadline (ACI_STOP_AFTER_DEADLINE; before the harness kills the container at +5 minutes and
-# nothing could clean up), it stops the agent and takes out everything `aci install` wrote (pointer,
-# skills, .aci/, registrations): the integrity judges run afterwards in the same folder and HOME and
-# would read them as instructions. state/ (the run's history) and the venv stay.
+# nothing could clean up), it stops the agent, journals how the run ended (`aci guard end`: the last
+# journal entry then states the reason, for the judges), and takes out everything `aci install` wrote
+# (pointer, skills, .aci/, registrations): the integrity judges run afterwards in the same folder and
+# HOME and would read them as instructions. state/ (the run's history) and the venv stay; so do the
+# harness's files in HOME (contamination_check.py, test_data.json, update_agent_cli.sh).
+#
+# The Harbor integration (integrations/harbor/) runs the same functions through sandbox.sh there.
 #
 # Settings (environment): ACI_PACKAGE (a wheel, a source folder or a requirement), ACI_HOME (default
 # ~/.posttrain-aci), ACI_PYTHON (default python, else python3, on PATH), ACI_BASE_MODEL and
 # ACI_BENCHMARK (when the prompt does not name them), ACI_SETUP_TIMEOUT (default 900 s),
-# ACI_STOP_AFTER_DEADLINE (default 180 s; 0 never stops the agent).
+# ACI_STOP_AFTER_DEADLINE (default 180 s; 0 never stops the agent), ACI_UPDATE_CLI (the harness's CLI
+# update script, default ~/update_agent_cli.sh; run when it exists).
 
 ACI_STACK="torch transformers trl peft vllm accelerate datasets tokenizers safetensors flash-attn lm-eval"
 ACI_HOME="${ACI_HOME:-$HOME/.posttrain-aci}"
@@ -44,6 +53,7 @@ ACI_LOG="$ACI_HOME/setup.log"
 ACI_PYTHON="${ACI_PYTHON:-$(command -v python || command -v python3 || echo python)}"
 ACI_SETUP_TIMEOUT="${ACI_SETUP_TIMEOUT:-900}"
 ACI_STOP_AFTER_DEADLINE="${ACI_STOP_AFTER_DEADLINE:-180}"
+ACI_UPDATE_CLI="${ACI_UPDATE_CLI:-$HOME/update_agent_cli.sh}"
 ACI_EVAL_COMMAND='python evaluate.py --model-path {model_path} --limit {limit} --json-output-file {output}'
 ACI_WORKDIR="$PWD"
 ACI_CHECKOUT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." 2> /dev/null && pwd)"  # unpacked use: install it
@@ -56,8 +66,9 @@ aci_die() {
     exit 1
 }
 
-# `aci install` scope: Codex reads ~/.codex (config.toml, skills/) wherever it runs.
-aci_scope() { [ "$ACI_AGENT" = codex ] && echo --global; }
+# `aci install` scope: Codex reads ~/.codex (config.toml, skills/) wherever it runs; the workspace's
+# .codex/ with ACI_CODEX_SCOPE=project (Harbor, whose Codex has a CODEX_HOME of its own).
+aci_scope() { [ "$ACI_AGENT" = codex ] && [ "${ACI_CODEX_SCOPE:-global}" = global ] && echo --global; }
 
 # name==version for each ML-stack package the interpreter $1 sees ("absent" when missing).
 aci_versions() {
@@ -221,6 +232,28 @@ aci_plan_init() {
     fi
 }
 
+# The MCP server starts in this folder and lists its tools, through the MCP SDK's own client (Codex
+# refuses to start when a server it must wait for fails, so the bundle only counts as working with this).
+aci_check_server() {
+    timeout 120 "$ACI_VENV/bin/python" - "$PWD" <<'PY'
+import sys
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+
+async def main() -> None:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "aci.cli", "--workdir", sys.argv[1], "serve"])
+    async with Client(params) as client:
+        tools = (await client.list_tools()).tools
+    assert tools, "the server lists no tools"
+    print(f"the MCP server answers with {len(tools)} tools", file=sys.stderr)
+
+
+anyio.run(main)
+PY
+}
+
 # The setup proper, in a child shell; writes $ACI_HOME/ready (the aci command) once the bundle works.
 aci_setup_steps() {
     set -euo pipefail
@@ -234,6 +267,7 @@ aci_setup_steps() {
     aci_check_versions "$ACI_HOME/stack-before.txt" "$ACI_VENV/bin/python"
     aci_log "ML stack unchanged: $(tr '\n' ' ' < "$ACI_HOME/stack-before.txt")"
     # shellcheck disable=SC2046
+    aci_check_server || aci_die "the MCP server does not start"
     "$ACI_VENV/bin/aci" install "$ACI_AGENT" --workdir "$PWD" $(aci_scope) > /dev/null || aci_die "aci install failed"
     mkdir -p "$HOME/.local/bin"
     ln -sf "$ACI_VENV/bin/aci" "$HOME/.local/bin/aci"
@@ -243,15 +277,27 @@ aci_setup_steps() {
 
 # Everything the child shell needs, passed as functions (the packed wheels stay in the parent).
 ACI_FUNCTIONS="aci_log aci_die aci_scope aci_versions aci_check_versions aci_constraints aci_make_venv aci_pip
-aci_package aci_install_bundle aci_parse_prompt aci_plan_init aci_setup_steps"
+aci_package aci_install_bundle aci_parse_prompt aci_plan_init aci_check_server aci_setup_steps"
 
-aci_setup() {
-    ACI_PROMPT="${1-${PROMPT:-}}"
-    export ACI_PROMPT
-    [ -n "${ACI_AGENT:-}" ] || { aci_log "ACI_AGENT is not set: starting the agent without posttrain-aci"; return 0; }
-    mkdir -p "$ACI_HOME" || { aci_log "cannot create $ACI_HOME: starting the agent without posttrain-aci"; return 0; }
+# The harness's own CLI update (it npm-installs the newest CLI $1 into ~/.local, first on PATH), when
+# the harness placed it; best effort, as the harness's own solve.sh files run it.
+aci_update_cli() {
+    [ -f "$ACI_UPDATE_CLI" ] || return 0
+    aci_log "updating $1 with the harness's $ACI_UPDATE_CLI"
+    bash "$ACI_UPDATE_CLI" "$1" >&2 < /dev/null || aci_log "$ACI_UPDATE_CLI $1 failed: starting the $1 found on PATH"
+    hash -r
+}
+
+# The line added to the prompt once the bundle works.
+aci_pointer() {
+    echo "Before anything else, read .aci/SKILL.md and follow it: it is the posttrain-aci skill for this task. Its tools are served by the MCP server \`posttrain-aci\` and by the command $(cat "$ACI_HOME/ready") (call it by this full path); setup notes are in $ACI_LOG."
+}
+
+# Unpack the packed wheels and run the setup steps under the time limit; succeeds when the bundle works.
+aci_prepare() {
+    [ -n "${ACI_AGENT:-}" ] || { aci_log "ACI_AGENT is not set: starting the agent without posttrain-aci"; return 1; }
+    mkdir -p "$ACI_HOME" || { aci_log "cannot create $ACI_HOME: starting the agent without posttrain-aci"; return 1; }
     rm -f "$ACI_HOME/ready"
-    trap aci_cleanup EXIT
     if declare -F aci_packed_files > /dev/null; then
         rm -rf "$ACI_HOME/dist" && mkdir -p "$ACI_HOME/dist" && aci_packed_files "$ACI_HOME/dist" \
             || aci_note "cannot unpack the packed wheels into $ACI_HOME/dist"
@@ -265,13 +311,22 @@ aci_setup() {
     # shellcheck disable=SC2086,SC2163
     export -nf $ACI_FUNCTIONS
     if [ -s "$ACI_HOME/ready" ]; then
+        aci_note "ready: the agent starts with a line pointing to the skill"
+        return 0
+    fi
+    [ "$status" = 124 ] && aci_note "setup stopped after ${ACI_SETUP_TIMEOUT}s"
+    aci_note "starting the agent without posttrain-aci (setup log: $ACI_LOG)"
+    return 1
+}
+
+aci_setup() {
+    ACI_PROMPT="${1-${PROMPT:-}}"
+    export ACI_PROMPT
+    trap 'aci_cleanup "solve.sh exited"' EXIT
+    if aci_prepare; then
         ACI_PROMPT="$ACI_PROMPT
 
-Before anything else, read .aci/SKILL.md and follow it: it is the posttrain-aci skill for this task. Its tools are served by the MCP server \`posttrain-aci\` and by the command $(cat "$ACI_HOME/ready") (call it by this full path); setup notes are in $ACI_LOG."
-        aci_note "ready: the agent starts with a line pointing to the skill"
-    else
-        [ "$status" = 124 ] && aci_note "setup stopped after ${ACI_SETUP_TIMEOUT}s"
-        aci_note "starting the agent without posttrain-aci (setup log: $ACI_LOG)"
+$(aci_pointer)"
     fi
 }
 
@@ -295,13 +350,17 @@ aci_stop_agent() {
     kill -KILL "$ACI_AGENT_PID" 2> /dev/null || true
 }
 
-# Take out what `aci install` wrote (idempotent). The shell fallback covers a venv the agent broke.
+# Journal how the run ended ($1), then take out what `aci install` wrote (idempotent). The shell fallback
+# covers a venv the agent broke.
 aci_cleanup() {
     [ -z "${ACI_CLEANED:-}" ] || return 0
     ACI_CLEANED=1
     [ -n "${ACI_WATCHDOG_PID:-}" ] && kill "$ACI_WATCHDOG_PID" 2> /dev/null
     aci_stop_agent
+    aci_note "the run ended: $1"
     [ -d "$ACI_WORKDIR/.aci" ] || [ -e "$ACI_HOME/ready" ] || return 0
+    (cd "$ACI_WORKDIR" && "$ACI_VENV/bin/python" -m aci.cli guard end --how "$1") >> "$ACI_LOG" 2>&1 \
+        || aci_note "could not journal how the run ended ($1)"
     # shellcheck disable=SC2046
     if ! (cd "$ACI_WORKDIR" && "$ACI_VENV/bin/python" -m aci.cli install "$ACI_AGENT" --workdir . $(aci_scope) --remove) \
         >> "$ACI_LOG" 2>&1; then
@@ -322,11 +381,13 @@ aci_cleanup() {
     aci_note "took the bundle's instructions out of $ACI_WORKDIR and HOME (kept: state/ and $ACI_VENV)"
 }
 
-# Run the agent CLI ("$@") as a child with the solve.sh's stdin; exit with its status after cleanup.
+# Run the agent CLI ("$@") as a child with the prompt ($ACI_PROMPT) on its stdin; exit with its status
+# after cleanup.
 aci_run_agent() {
-    trap 'aci_cleanup; exit 143' TERM
-    trap 'aci_cleanup; exit 130' INT
-    "$@" <&0 &
+    trap 'aci_cleanup "the harness sent TERM to solve.sh"; exit 143' TERM
+    trap 'aci_cleanup "solve.sh was interrupted (INT)"; exit 130' INT
+    rm -f "$ACI_HOME/stopped"
+    "$@" < <(printf '%s' "$ACI_PROMPT") &
     ACI_AGENT_PID=$!
     local stop
     stop="$(aci_seconds_to_stop)"
@@ -336,13 +397,15 @@ aci_run_agent() {
             sleep "$stop" &
             nap=$!
             wait "$nap" && aci_note "the timer's deadline passed ${ACI_STOP_AFTER_DEADLINE}s ago: stopping the agent" \
-                && kill -TERM "$ACI_AGENT_PID" 2> /dev/null
+                && touch "$ACI_HOME/stopped" && kill -TERM "$ACI_AGENT_PID" 2> /dev/null
         ) &
         ACI_WATCHDOG_PID=$!
     fi
-    local status=0
+    local status=0 how
     wait "$ACI_AGENT_PID" || status=$?
     ACI_AGENT_PID=""
-    aci_cleanup
+    how="the agent exited with status $status"
+    [ -e "$ACI_HOME/stopped" ] && how="solve.sh stopped the agent ${ACI_STOP_AFTER_DEADLINE}s after the timer's deadline"
+    aci_cleanup "$how"
     exit "$status"
 }

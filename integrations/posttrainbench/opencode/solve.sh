@@ -1,8 +1,8 @@
 #!/bin/bash
 # PostTrainBench submission: OpenCode with posttrain-aci (see ../README.md).
-# The config and launch line are the harness's agents/opencode/solve.sh (main @9082063, new_judge_v2
-# @d27a95e): permissions, and the providers anthropic, openai, opencode and zai (GLM through Z.AI's
-# OpenAI-compatible API). The agent starts even when setup fails; see common.sh.
+# The harness's agents/opencode/solve.sh as it runs today: its config (permissions; the providers
+# anthropic, openai, opencode, zai (GLM through Z.AI's OpenAI-compatible API) and meta), the CLI update,
+# the prompt on stdin. The agent starts even when setup fails; see common.sh.
 export ACI_AGENT=opencode
 # >>> common.sh (pack.sh puts its text here)
 # shellcheck source=../common.sh
@@ -23,10 +23,12 @@ cat > opencode.json << 'JSON'
       "name": "Z.AI",
       "options": {"baseURL": "https://api.z.ai/api/paas/v4", "apiKey": "{env:ZAI_API_KEY}"},
       "models": {"glm-5": {"name": "GLM-5"}, "glm-4.7": {"name": "GLM-4.7"}}
-    }
+    },
+    "meta": {"options": {"apiKey": "{env:MODEL_API_KEY}"}}
   }
 }
 JSON
+aci_update_cli opencode
 aci_setup "${PROMPT:-}"
 
-aci_run_agent opencode run --model "$AGENT_CONFIG" --format json "$ACI_PROMPT"
+aci_run_agent opencode run --model "$AGENT_CONFIG" --format json
