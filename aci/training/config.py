@@ -32,18 +32,20 @@ class Schedule(_Strict):
                                                     "grpo: prompt limit")
     packing: bool | None = Field(None, description="pack samples into rows of max_length, each attending only to "
                                                    "itself (default: on with CUDA where the model supports it)")
-    epochs: float = Field(1.0, gt=0)
+    epochs: float = Field(1.0, gt=0, description="passes over the data (max_steps overrides)")
     max_steps: int | None = Field(None, ge=1, description="optimizer steps (overrides epochs)")
     lr_scheduler: str = Field("cosine", description="transformers scheduler name: cosine, linear, constant, ...")
-    warmup_ratio: float = Field(0.03, ge=0, lt=1)
+    warmup_ratio: float = Field(0.03, ge=0, lt=1, description="share of the planned steps over which the learning "
+                                                              "rate rises from 0 to its peak")
     batch_size: int = Field(4, ge=1, description="per device (grpo: completions per device)")
-    grad_accum: int = Field(4, ge=1)
+    grad_accum: int = Field(4, ge=1, description="micro-batches accumulated into one optimizer step (batch per "
+                                                 "step: batch_size x grad_accum x GPUs)")
     gradient_checkpointing: bool | None = Field(None, description="default: on with CUDA")
     save_steps: int = Field(200, ge=1, description="save and register a checkpoint every N steps (and at the end)")
     keep_checkpoints: int = Field(3, ge=0, description="checkpoints of the job kept on disk: older ones are deleted "
                                                        "as new ones are saved, except a promoted one (0 = keep all)")
-    logging_steps: int = Field(10, ge=1)
-    seed: int = 0
+    logging_steps: int = Field(10, ge=1, description="log loss, learning rate and throughput every N steps")
+    seed: int = Field(0, description="seed of the data order, of new weights (LoRA) and of sampling (grpo)")
 
 
 class LoraSettings(_Strict):

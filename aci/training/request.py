@@ -41,9 +41,9 @@ class TrainRequest(Schedule):
     template_kwargs: dict[str, Any] | None = Field(None, description='extra template variables, e.g. '
                                                                      '{"enable_thinking": false}')
     lora: bool = Field(False, description="train a LoRA adapter instead of all weights")
-    lora_r: int = Field(16, ge=1, le=1024)
-    lora_alpha: int = Field(32, ge=1)
-    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    lora_r: int = Field(16, ge=1, le=1024, description="LoRA rank: the width of each adapter's update")
+    lora_alpha: int = Field(32, ge=1, description="LoRA scale: the update is multiplied by alpha / r")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="dropout on the adapters' input while training")
     lora_targets: list[str] | None = Field(None, description=f'modules to adapt (default "{LORA_TARGETS}")')
     merge_lora: bool = Field(False, description="also save each LoRA checkpoint merged (<checkpoint>/merged/)")
     learning_rate: float | None = Field(None, gt=0, description=(

@@ -96,6 +96,29 @@ def common_args(cfg: TrainConfig, cuda: bool, speed: hardware.Speed) -> dict:
     )
 
 
+def sft_args(cfg: TrainConfig, cuda: bool, speed: hardware.Speed):
+    """TRL's `SFTConfig` for the job: rows packed and collated here (aci.training.data) are used as they are."""
+    from trl import SFTConfig
+
+    packed = {}
+    if speed.packing:
+        packed = dict(dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
+                      include_num_input_tokens_seen="non_padding")
+    return make_args(SFTConfig, **common_args(cfg, cuda, speed), max_length=cfg.max_length, packing=False, **packed)
+
+
+def grpo_args(cfg: TrainConfig, cuda: bool, speed: hardware.Speed):
+    from trl import GRPOConfig
+
+    g = cfg.grpo
+    return make_args(
+        GRPOConfig, **common_args(cfg, cuda, speed), num_generations=g.num_generations,
+        max_completion_length=g.max_completion_length, temperature=g.temperature, beta=g.beta,
+        use_vllm=g.use_vllm, **(vllm_settings() if g.use_vllm else {}),
+        max_prompt_length=cfg.max_length,  # TRL 0.27 truncates prompts to this; 1.x has no such setting
+    )
+
+
 def lora_config(cfg: TrainConfig):
     if cfg.lora is None:
         return None
@@ -119,7 +142,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
     print(f"[aci] speed: {speed.report()}", flush=True)
     data_path = Path(cfg.data)
     if cfg.method == "sft":
-        from trl import SFTConfig, SFTTrainer
+        from trl import SFTTrainer
 
         key = (cfg.data, cfg.max_length, json.dumps(cfg.template_kwargs, sort_keys=True))
         if key not in _ENCODED:  # a measurement builds its trainer twice (before and after the batch search)
@@ -132,33 +155,22 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
         dataset = data.sft_dataset(encoded, pack_to=cfg.max_length if speed.packing else None)
         print(f"[aci] data: {stats.report()}" + (f", packed into {len(dataset)} rows" if speed.packing else ""),
               flush=True)
-        packed = {}
-        if speed.packing:  # rows packed and collated here (aci.training.data), used by TRL as they are
-            packed = dict(dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
-                          include_num_input_tokens_seen="non_padding")
-        args = make_args(SFTConfig, **common_args(cfg, cuda, speed), max_length=cfg.max_length, packing=False,
-                         **packed)
         collator = data.PackedCollator(tokenizer.pad_token_id, flat=speed.packing_flat) if speed.packing else None
         callback.preparing("building the TRL trainer")
-        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                             data_collator=collator, peft_config=lora_config(cfg), callbacks=[callback])
+        trainer = SFTTrainer(model=model, args=sft_args(cfg, cuda, speed), train_dataset=dataset,
+                             processing_class=tokenizer, data_collator=collator, peft_config=lora_config(cfg),
+                             callbacks=[callback])
         return trainer, speed
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from aci.training.rewards import grader_reward
 
-    g = cfg.grpo
     callback.preparing(f"rendering the prompts of {cfg.data_rows} tasks")
     rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs, content=content)
     print(f"[aci] prompts: {stats.report()}", flush=True)
-    args = make_args(
-        GRPOConfig, **common_args(cfg, cuda, speed), num_generations=g.num_generations,
-        max_completion_length=g.max_completion_length, temperature=g.temperature, beta=g.beta,
-        use_vllm=g.use_vllm, **(vllm_settings() if g.use_vllm else {}),
-        max_prompt_length=cfg.max_length,  # TRL 0.27 truncates prompts to this; 1.x has no such setting
-    )
-    reward = grader_reward(g.grader, workdir=Path(cfg.workdir), profile=cfg.profile)
+    reward = grader_reward(cfg.grpo.grader, workdir=Path(cfg.workdir), profile=cfg.profile)
+    args = grpo_args(cfg, cuda, speed)
     callback.preparing("building the TRL trainer")
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=lora_config(cfg), callbacks=[callback])
