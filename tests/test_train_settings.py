@@ -32,7 +32,7 @@ NOT_TRL = {
 }
 
 # Every other field, at a value other than its default.
-SET = dict(max_length=96, packing=True, epochs=2.5, max_steps=7, lr_scheduler="linear", warmup_ratio=0.125,
+SET = dict(max_length=96, packing=True, epochs=2.5, max_steps=7, lr_schedule="linear", warmup_ratio=0.125,
            batch_size=8, grad_accum=3, gradient_checkpointing=True, save_steps=5, logging_steps=2, seed=11, lora=True,
            lora_r=4, lora_alpha=8, lora_dropout=0.25, lora_targets=["q_proj", "v_proj"], learning_rate=3e-4,
            num_generations=4, max_completion_length=24, temperature=0.7, beta=0.04, use_vllm=True,
@@ -50,7 +50,7 @@ SFT = {
     "packing": lambda a, lo, c: a.dataset_kwargs == {"skip_prepare_dataset": True},  # aci's packed rows as they are
     "epochs": lambda a, lo, c: a.num_train_epochs,
     "max_steps": lambda a, lo, c: a.max_steps,
-    "lr_scheduler": lambda a, lo, c: str(getattr(a.lr_scheduler_type, "value", a.lr_scheduler_type)),
+    "lr_schedule": lambda a, lo, c: str(getattr(a.lr_scheduler_type, "value", a.lr_scheduler_type)),
     "warmup_ratio": lambda a, lo, c: _get(a, "warmup_ratio", "warmup_steps"),
     "batch_size": lambda a, lo, c: a.per_device_train_batch_size,
     "grad_accum": lambda a, lo, c: a.gradient_accumulation_steps,

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from aci.errors import ACIError
 
 ZERO_CONFIGS = {"zero2": "zero2.json", "zero3": "zero3.json"}
+# "wsd" is aci's (aci.training.schedule); the others are transformers scheduler names, passed as they are.
+Schedules = Literal["wsd", "cosine", "linear", "constant", "constant_with_warmup"]
 
 
 class _Strict(BaseModel):
@@ -34,7 +36,10 @@ class Schedule(_Strict):
                                                    "itself (default: on with CUDA where the model supports it)")
     epochs: float = Field(1.0, gt=0, description="passes over the data (max_steps overrides)")
     max_steps: int | None = Field(None, ge=1, description="optimizer steps (overrides epochs)")
-    lr_scheduler: str = Field("cosine", description="transformers scheduler name: cosine, linear, constant, ...")
+    lr_schedule: Schedules | None = Field(None, description=(
+        "wsd: warmup, stable, then a decay timed to end by the job's stop time at its measured step rate (the "
+        "default when the run has a deadline); cosine (the default without one), linear, constant, "
+        "constant_with_warmup: transformers' schedules over a fixed number of steps"))
     warmup_ratio: float = Field(0.03, ge=0, lt=1, description="share of the planned steps over which the learning "
                                                               "rate rises from 0 to its peak")
     batch_size: int = Field(4, ge=1, description="per device (grpo: completions per device)")
@@ -84,6 +89,7 @@ class TrainConfig(Schedule):
     template_sha256: str | None = None
     template_kwargs: dict[str, Any] = Field(default_factory=dict)
     profile: str = "default"
+    lr_schedule: Schedules = Field("cosine", description="resolved: wsd with a stop time, else cosine, unless chosen")
     lora: LoraSettings | None = None
     merge_lora: bool = False
     learning_rate: float = Field(gt=0)

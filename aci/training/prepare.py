@@ -136,8 +136,9 @@ def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, 
     data = Path(req.data)
     stop_at = ctx.clock.deadline - ctx.clock.reserve if ctx.clock.deadline else None
     use_vllm = req.use_vllm if req.use_vllm is not None else importlib.util.find_spec("vllm") is not None and _cuda()
+    schedule = req.lr_schedule or ("wsd" if stop_at else "cosine")  # wsd needs a stop time to aim at
     return TrainConfig(
-        **req.model_dump(include=set(config_mod.Schedule.model_fields)),
+        **{**req.model_dump(include=set(config_mod.Schedule.model_fields)), "lr_schedule": schedule},
         method=req.method, job=job_id, state=str(ctx.state.root), workdir=str(ctx.workdir),
         output_dir=str(ctx.workdir / "checkpoints" / job_id), model_path=src.path, model_adapter=src.adapter,
         parent=src.checkpoint, data=str(data), data_sha256=data_sha256, data_rows=rows,

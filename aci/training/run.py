@@ -19,7 +19,7 @@ from aci import jobs, templates
 from aci.errors import ACIError
 from aci.state import iso
 from aci.training import config as config_mod
-from aci.training import data, hardware
+from aci.training import data, hardware, schedule
 from aci.training.config import TrainConfig
 
 
@@ -83,10 +83,13 @@ def set_end_of_turn(model, tokenizer, token: str | None) -> None:
 
 
 def common_args(cfg: TrainConfig, cuda: bool, speed: hardware.Speed) -> dict:
+    """The settings SFT and GRPO share. `wsd` is not a transformers schedule: the trainer's scheduler is
+    replaced by the plan's (`aci.training.schedule.planned`), so the arguments name a constant one."""
     gc = speed.gradient_checkpointing
     return dict(
         output_dir=cfg.output_dir, num_train_epochs=cfg.epochs, max_steps=cfg.max_steps or -1,
-        learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler, warmup_ratio=cfg.warmup_ratio,
+        learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio,
+        lr_scheduler_type="constant" if cfg.lr_schedule == "wsd" else cfg.lr_schedule,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         gradient_checkpointing=gc, gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
         bf16=speed.bf16, use_cpu=not cuda, use_liger_kernel=speed.liger,
@@ -140,7 +143,6 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
     speed = hardware.decide(model, cuda=cuda, packing=cfg.packing, gradient_checkpointing=cfg.gradient_checkpointing,
                             method=cfg.method)
     print(f"[aci] speed: {speed.report()}", flush=True)
-    data_path = Path(cfg.data)
     if cfg.method == "sft":
         from trl import SFTTrainer
 
@@ -148,7 +150,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
         if key not in _ENCODED:  # a measurement builds its trainer twice (before and after the batch search)
             _ENCODED.clear()
             what = f"tokenizing {cfg.data_rows} samples with the evaluation's template"
-            _ENCODED[key] = data.encode_samples(data_path, tokenizer, template, max_length=cfg.max_length,
+            _ENCODED[key] = data.encode_samples(Path(cfg.data), tokenizer, template, max_length=cfg.max_length,
                                                 kwargs=cfg.template_kwargs, content=content,
                                                 progress=lambda n: callback.preparing(what, n, cfg.data_rows))
         encoded, stats = _ENCODED[key]
@@ -157,9 +159,9 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
               flush=True)
         collator = data.PackedCollator(tokenizer.pad_token_id, flat=speed.packing_flat) if speed.packing else None
         callback.preparing("building the TRL trainer")
-        trainer = SFTTrainer(model=model, args=sft_args(cfg, cuda, speed), train_dataset=dataset,
-                             processing_class=tokenizer, data_collator=collator, peft_config=lora_config(cfg),
-                             callbacks=[callback])
+        trainer = schedule.planned(SFTTrainer, callback.plan)(
+            model=model, args=sft_args(cfg, cuda, speed), train_dataset=dataset, processing_class=tokenizer,
+            data_collator=collator, peft_config=lora_config(cfg), callbacks=[callback])
         return trainer, speed
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -167,13 +169,14 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
     from aci.training.rewards import grader_reward
 
     callback.preparing(f"rendering the prompts of {cfg.data_rows} tasks")
-    rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs, content=content)
+    rows, stats = data.grpo_prompts(Path(cfg.data), tokenizer, template, kwargs=cfg.template_kwargs, content=content)
     print(f"[aci] prompts: {stats.report()}", flush=True)
     reward = grader_reward(cfg.grpo.grader, workdir=Path(cfg.workdir), profile=cfg.profile)
     args = grpo_args(cfg, cuda, speed)
     callback.preparing("building the TRL trainer")
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer, peft_config=lora_config(cfg), callbacks=[callback])
+    trainer = schedule.planned(GRPOTrainer, callback.plan)(
+        model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer, peft_config=lora_config(cfg), callbacks=[callback])
     return trainer, speed
 
 
@@ -206,15 +209,10 @@ def find_batch(cfg: TrainConfig, trainer, callback) -> TrainConfig:
                                   "gradient_checkpointing": plan.gradient_checkpointing})
 
 
-def main(argv: list[str]) -> int:
-    cfg = config_mod.load(argv[0])
-    jobs.write_progress({"phase": "preparing", "step": 0, "job": cfg.job,
-                         "preparing": {"what": "importing torch, transformers and TRL", "since": iso()}})
-    try:
-        content = data.pinned_content(Path(cfg.data), cfg.data_sha256, cfg.profile)
-    except ACIError as e:
-        print(f"[aci] refused: {e}", flush=True)
-        return 2
+def prepare(cfg: TrainConfig):
+    """The job's trainer, with its callback (`JobCallback`), ready to train. Raises ACIError when the data is
+    not the checked data."""
+    content = data.pinned_content(Path(cfg.data), cfg.data_sha256, cfg.profile)
     import datasets
     import torch
     import transformers
@@ -249,6 +247,18 @@ def main(argv: list[str]) -> int:
             trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
     callback.progress["speed"] = speed.report()
     set_end_of_turn(trainer.model, tokenizer, eot)
+    return trainer, callback
+
+
+def main(argv: list[str]) -> int:
+    cfg = config_mod.load(argv[0])
+    jobs.write_progress({"phase": "preparing", "step": 0, "job": cfg.job,
+                         "preparing": {"what": "importing torch, transformers and TRL", "since": iso()}})
+    try:
+        trainer, callback = prepare(cfg)
+    except ACIError as e:
+        print(f"[aci] refused: {e}", flush=True)
+        return 2
     trainer.train()
     return 0
 

@@ -1,5 +1,6 @@
-"""What training jobs have done, read from state: their registered checkpoints, the latest job, and the
-learning-rate sense check of a job's first loss (`aci.training.chance`)."""
+"""What training jobs have done, read from state: their registered checkpoints, the latest job, the
+learning-rate sense check of a job's first loss (`aci.training.chance`), and a job's progress in words
+(what it prepares, its schedule's forecast)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from aci import jobs, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
-from aci.state import read_json
+from aci.state import now, parse_ts, read_json
 from aci.training import chance
 
 
@@ -54,3 +55,22 @@ def rate_advice(view: JobView) -> str | None:
     p = view.progress
     rate = (read_json(Path(view.folder) / "config.json") or {}).get("learning_rate")
     return chance.advice(p.get("first_loss"), p.get("vocab_size"), rate)
+
+
+def describe(p: dict) -> list[str]:
+    """A job's schedule forecast: rate now, planned end, whether the stop time cuts it."""
+    out = []
+    fc = p.get("schedule") or {}
+    if fc.get("note"):
+        rate = f"{fc['step_s']:.3g} s/step ({fc.get('step_s_source')})" if fc.get("step_s") else "rate unknown"
+        out.append(f"  schedule {fc.get('kind')}: {fc['note']} [rate {rate}]")
+    for e in p.get("schedule_events") or []:
+        out.append(f"  schedule change at step {e['step']} ({e['at']}): {e['what']}")
+    return out
+
+
+def preparing(step: dict) -> str:
+    """'tokenizing 3000 samples ...: 1200/3000 (for 14 s)': what a job does before its first step."""
+    counts = f": {step['done']}/{step['total']}" if step.get("total") else ""
+    since = f" (for {(now() - parse_ts(step['since'])).total_seconds():.0f} s)" if step.get("since") else ""
+    return f"{step.get('what')}{counts}{since}"
