@@ -58,7 +58,8 @@ def test_without_a_clock_the_plan_is_plain_wsd_over_the_steps():
 
 
 def test_the_measured_step_time_follows_a_slowdown_within_a_few_steps():
-    p = pace.Pace()
+    p = pace.Pace({"step_s": 9.0, "source": "declared"})
+    assert p.step_s() == (9.0, "the start's estimate (declared)")
     t = 0.0
     p.started(t)
     for d in [1.0] * 10 + [4.0] * 2:
@@ -107,7 +108,7 @@ def test_wsd_reaches_its_floor_by_the_stop_time_under_a_slowdown(tmp_path, tiny_
     assert cfg.lr_schedule == "wsd" and cfg.stop_at  # the default when the run has a deadline
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        trainer, job = run.prepare(cfg)
+        trainer, job = run.prepare(cfg, time.monotonic())
         budget = 10.0 if method == "sft" else 14.0
         sleeper = _sleeper(job, slow_after_s=budget / 3, sleep_s=0.3)
         trainer.add_callback(sleeper)

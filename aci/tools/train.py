@@ -62,7 +62,9 @@ class TrainOutput(ToolOutput):
                          f"assistant share {c.get('assistant_token_share')}, truncated {c.get('truncated')}")
             est = c.get("estimate") or {}
             lines.append(f"estimate: {est.get('steps')} steps, {est.get('tokens')} tokens, {est.get('duration')} "
-                         f"({est.get('rate_source')}); {est.get('time_left_for_work')} left before the reserve")
+                         f"({est.get('lr_schedule')} schedule; rate {est.get('rate_source')}; loading "
+                         f"{est.get('startup_s')} s, {est.get('startup_source')}; tokenizing {est.get('tokenize_s')} s, "
+                         f"{est.get('tokenize_source')}); {est.get('time_left_for_work')} left before the reserve")
         lines += [f"checkpoint {c['checkpoint']} {c.get('path')}" for c in self.checkpoints]
         lines += [f"warning: {w}" for w in self.warnings]
         if self.log:
@@ -101,19 +103,20 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
     current content under the posttrainbench rules), forbidden-datasets (file name or --sources banned),
     base-model-only (the model must be the base or a checkpoint descending from it), eval-template (the
     template must be the run card's and render the data), final-reserve (at measured or declared
-    --tokens-per-s the run must end before the deadline minus the reserve; the refusal suggests a
-    max_steps that fits). Also refused: data with no assistant tokens, every sample truncated, a job
-    while another train or eval job holds the GPU (unless --concurrent). With a deadline the schedule
-    is wsd by default: the job measures its step rate as it runs and starts the decay so that it ends,
-    saves and stops before the reserve; else it saves and stops itself at the reserve.
+    --tokens-per-s a fixed-step run must end before the deadline minus the reserve, the refusal suggests a
+    max_steps that fits; a wsd run must reach its first checkpoint). Also refused: data with no assistant
+    tokens, every sample truncated, a job while another train or eval job holds the GPU (unless
+    --concurrent). With a deadline the schedule is wsd by default: the job measures its step rate as it
+    runs and starts the decay so that it ends, saves and stops before the reserve; else it saves and
+    stops itself at the reserve.
 
     status [--job ID]: step, total, loss, learning rate, tokens/s, ETA, checkpoints; the step rate now,
-    the planned end and whether the stop time cuts the schedule; a failed job's log tail. stop --job ID:
-    saves a last checkpoint, then ends the job. dry-run [--measure-steps N]: the checks' report (token
-    counts, assistant share, truncation, end-of-turn token, time estimate); with --measure-steps a job
-    first finds the largest micro-batch that fits (gradient checkpointing only if needed), then measures
-    tokens/s at it; start uses that split and rate. With CUDA, SFT packs samples into rows (each
-    attending only to itself) unless --no-packing."""
+    the planned end and whether the stop time cuts the schedule; time to step 1; a failed job's log
+    tail. stop --job ID: saves a last checkpoint, then ends the job. dry-run [--measure-steps N]: the
+    checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate and the
+    measurement it uses); with --measure-steps a job first finds the largest micro-batch that fits
+    (gradient checkpointing only if needed), then measures tokens/s at it; start uses that split and
+    rate. With CUDA, SFT packs samples into rows (each attending only to itself) unless --no-packing."""
     if inp.action == "list":
         return TrainOutput(action="list", jobs=status.listed(ctx))
     if inp.action == "status":

@@ -1,7 +1,7 @@
 """The trainer callback that ties a TRL run to the run's state.
 
-* progress (step, total, loss and the first loss, learning rate, tokens/s,
-  ETA, the model's vocabulary size) goes to the job's `progress.json`, at every log and
+* progress (step, total, loss and the first loss, learning rate, tokens/s at the step rate measured now,
+  ETA, time to step 1, the model's vocabulary size) goes to the job's `progress.json`, at every log and
   at most every `PROGRESS_EVERY_S` seconds in between, so `train status` is current but a fast loop is
   not slowed by disk writes;
 * each checkpoint is registered in `checkpoints.jsonl` the moment the trainer has written it (and, for
@@ -38,17 +38,18 @@ PROGRESS_EVERY_S = 2.0
 
 
 class JobCallback(TrainerCallback):
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, launched: float | None = None):
         self.cfg = cfg
         self.state = State(cfg.state)
         self.stop_at = parse_ts(cfg.stop_at) if cfg.stop_at else None
         self.progress: dict = {"phase": "preparing", "step": 0, "job": cfg.job}
+        self.launched = launched if launched is not None else time.monotonic()  # when the job's process began
         self.t0: float | None = None
         self.written = 0.0
         self.stop_reason: str | None = None
         self.training = False
         self.plan = schedule.Wsd() if cfg.lr_schedule == "wsd" else None  # read by the trainer's scheduler
-        self.pace = pace.Pace()
+        self.pace = pace.Pace(cfg.estimate)
         self.applied_lr: float | None = None  # the learning rate of the last optimizer step
         self.more: int | None = None  # steps that still end, and save, before stop_at (None: unknown)
         self.changed: str | None = None  # what the last re-plan did, in words
@@ -90,8 +91,9 @@ class JobCallback(TrainerCallback):
         fields = {k: logs[k] for k in ("loss", "learning_rate", "reward", "grad_norm") if k in logs}
         # the trainer's own count when the job asks for it (packed rows: TRL counts one row per batch)
         tokens = getattr(state, "num_input_tokens_seen", 0) or logs.get("num_tokens") or 0
-        if tokens and elapsed > 0:
-            fields.update(tokens=int(tokens), tokens_per_s=round(tokens / elapsed, 1))
+        if tokens and elapsed > 0 and state.global_step:  # at the step rate measured now (the first step's
+            step_s = self.pace.measured() or elapsed / state.global_step  # warm-up left out), else on average
+            fields.update(tokens=int(tokens), tokens_per_s=round(tokens / state.global_step / step_s, 1))
         if not fields or "train_loss" in logs:  # the closing summary (train_runtime is in every log counting tokens)
             return
         if "loss" in fields and "first_loss" not in self.progress:  # `aci.training.chance` reads it
@@ -118,6 +120,8 @@ class JobCallback(TrainerCallback):
         t = time.monotonic()
         step, at, more, changed = state.global_step, now(), self.more, self.changed
         self.changed = None
+        if step == 1:
+            self.progress.setdefault("startup", {})["to_first_step_s"] = round(t - self.launched, 1)
         end = self.plan.end if self.plan else state.max_steps
         if self.stop_reason is None and step < state.max_steps:
             if self.plan and step >= end:

@@ -100,6 +100,9 @@ class TrainConfig(Schedule):
     measure: bool = Field(False, description="a throughput measurement: no checkpoints are saved")
     find_batch: bool = Field(False, description="measurement: first find the largest micro-batch that fits "
                                                 "(aci.training.batch), keeping batch_size x grad_accum")
+    estimate: dict[str, Any] | None = Field(None, description="the start gate's estimate (seconds per step and its "
+                                                              "source): the job plans with it until it has measured "
+                                                              "its own steps")
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")

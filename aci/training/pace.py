@@ -5,7 +5,8 @@ Step times are measured between consecutive optimizer steps, less the time spent
 The step time planned with is the larger of their medians over the last `WINDOW` and the last `RECENT`
 steps: it follows a machine that slows down within two steps, is not thrown by one slow step, and
 trusts a speed-up only once it has lasted; plans count `HEADROOM` times it. Until `MIN_STEPS` are
-measured, the mean of the steps so far stands in. The save time is measured at every save (writing the checkpoint and
+measured, the start gate's estimate (`TrainConfig.estimate`) stands in, named as such (without one,
+the mean of the steps so far). The save time is measured at every save (writing the checkpoint and
 registering it); before the first it is estimated from the bytes the checkpoint will hold at an
 assumed `ASSUMED_WRITE_BPS`, and the forecast says which. The job keeps `SAVE_SAFETY` times that free
 before its stop time for its last save.
@@ -30,7 +31,8 @@ SAVE_SAFETY = 1.5
 
 
 class Pace:
-    def __init__(self):
+    def __init__(self, estimate: dict | None = None):
+        self.estimate = estimate or {}
         self.durations: deque[float] = deque(maxlen=WINDOW)
         self.last_end: float | None = None
         self.saving = 0.0  # seconds spent saving since the last step ended
@@ -60,6 +62,8 @@ class Pace:
         if self.measured() is not None:
             return self.measured(), \
                 f"measured: the larger median of the last {len(self.durations)} and the last {RECENT} steps"
+        if self.estimate.get("step_s"):
+            return self.estimate["step_s"], f"the start's estimate ({self.estimate.get('source')})"
         if self.durations:
             return statistics.mean(self.durations), f"measured: mean of the first {len(self.durations)} steps"
         return None, "not measured yet"
@@ -87,6 +91,8 @@ def forecast(pace: Pace, *, step: int, end: int, total: int, kind: str, stop_at:
     out = {"kind": kind, "step_s": None if step_s is None else round(step_s, 4), "step_s_source": source,
            "save_s": round(save_s, 2), "save_s_source": save_source, "end_step": end, "planned_steps": total,
            "stop_at": stop_at.isoformat(timespec="seconds") if stop_at else None}
+    if pace.estimate.get("step_s"):
+        out["start_estimate"] = {"step_s": round(pace.estimate["step_s"], 4), "source": pace.estimate.get("source")}
     if step_s is None:
         out["note"] = "no step measured yet"
         return out

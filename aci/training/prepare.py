@@ -19,7 +19,7 @@ from aci import jobs, manifest
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
-from aci.training import batch, chance, datacheck, gates, hardware
+from aci.training import batch, chance, datacheck, gates, hardware, tokenized
 from aci.training import config as config_mod
 from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
 from aci.training.request import LORA_TARGETS, TrainRequest
@@ -179,8 +179,7 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
     cfg = job_config(req, ctx, job_id, src, template_path, deepspeed, rows, data_sha256)
     seq_per_sample = report["sequences"] / report["samples_checked"]
     if req.method == "sft":
-        packing = req.packing if req.packing is not None else hardware.cuda_likely()  # the job decides for real
-        report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=packing,
+        report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=_packs(req),
                                         max_length=req.max_length, batch=req.batch_size, grad_accum=req.grad_accum,
                                         processes=req.num_gpus, epochs=req.epochs, max_steps=req.max_steps)
     else:
@@ -193,14 +192,16 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
 
 
 def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[TrainConfig, dict, list[str], JobView | None]:
-    """`prepare`, then the deadline check; a dry-run with `measure_steps` measures the rate first (a job)."""
+    """`prepare`, then the deadline check; a dry-run with `measure_steps` measures the rate first (a job).
+    The config carries the estimate the job plans with until it has measured its own steps."""
     cfg, report, warnings = prepare(req, ctx, job_id, action)
     work = report.pop("work")
     probe = None
-    rate, source = (req.tokens_per_s, "declared") if req.tokens_per_s else (None, "")
+    rate = gates.Rate(req.tokens_per_s, "declared") if req.tokens_per_s else None
     if action == "dry-run" and req.measure_steps:
-        rate, probe = measure(ctx, cfg, req.measure_steps, find_batch=req.find_batch)
-        source = f"measured now by job {probe.id}"
+        tokens_per_s, probe = measure(ctx, cfg, req.measure_steps, find_batch=req.find_batch)
+        rate = gates.Rate(tokens_per_s, f"measured now by job {probe.id}", probe.id,
+                          probe.progress.get("updated_at"), load_s=gates.load_s(probe.progress))
         found = probe.progress.get("batch") or {}
         report["batch"] = {**found, "source": f"measured now by job {probe.id}"}
         report["first_loss"] = probe.progress.get("first_loss")
@@ -216,14 +217,29 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
         cfg = cfg.model_copy(update={"batch_size": found["micro_batch"], "grad_accum": found["grad_accum"],
                                      "gradient_checkpointing": found["gradient_checkpointing"]
                                      if req.gradient_checkpointing is None else req.gradient_checkpointing})
-    if rate is None:
-        rate, source = gates.measured_rate(ctx, cfg.method, cfg.model_path, cfg.lora is not None)
-    tokenize_s = report.pop("tokenize_s_per_row") * report["rows"]
-    report["estimate"] = gates.check_deadline(ctx, work, rate, source, tokenize_s=tokenize_s)
-    if rate is None and ctx.clock.deadline is not None:
-        warnings.append("no throughput known, so the end time is not checked: the job saves and stops by itself at "
-                        "the final reserve; `train dry-run --measure-steps 5` measures it")
+    rate = rate or gates.measured_rate(ctx, cfg.model_dump(mode="json"))
+    per_row = report.pop("tokenize_s_per_row")
+    cache_key = tokenized.key(cfg, req.max_length if _packs(req) else None) if req.method == "sft" else None
+    if tokenized.cached(ctx.state.root, cache_key):
+        tokenize = (0.0, "none: an earlier job's tokenized data is cached for these inputs")
+    else:
+        tokenize = (per_row * report["rows"], f"measured on {report['samples_checked']} checked samples")
+    est = report["estimate"] = gates.check_deadline(ctx, work, rate, tokenize_s=tokenize[0], tokenize_source=tokenize[1],
+                                                    lr_schedule=cfg.lr_schedule)
+    if est["step_s"]:
+        cfg = cfg.model_copy(update={"estimate": {"step_s": est["step_s"], "source": rate.source}})
+    if rate.tokens_per_s is None and ctx.clock.deadline is not None:
+        warnings.append("no throughput known, so the end time is not checked: the job measures its own rate, "
+                        "times its schedule by it, and saves and stops by itself at the final reserve; `train "
+                        "dry-run --measure-steps 5` measures it first")
+    if est.get("note"):
+        warnings.append(est["note"])
     return cfg, report, warnings, probe
+
+
+def _packs(req: TrainRequest) -> bool:
+    """Whether the job will pack, as far as the tool can tell (the job decides for real)."""
+    return req.method == "sft" and (req.packing if req.packing is not None else hardware.cuda_likely())
 
 
 def _cuda() -> bool:

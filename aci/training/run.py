@@ -11,15 +11,15 @@ from __future__ import annotations
 import dataclasses
 import gc
 import inspect
-import json
 import sys
+import time
 from pathlib import Path
 
 from aci import jobs, templates
 from aci.errors import ACIError
 from aci.state import iso
 from aci.training import config as config_mod
-from aci.training import data, hardware, schedule
+from aci.training import data, hardware, schedule, tokenized
 from aci.training.config import TrainConfig
 
 
@@ -131,7 +131,29 @@ def lora_config(cfg: TrainConfig):
                       target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
 
 
-_ENCODED: dict[tuple, tuple] = {}
+def sft_data(cfg: TrainConfig, tokenizer, template, callback, content: bytes, pack_to: int | None):
+    """The SFT dataset: an earlier job's from the same inputs (`aci.training.tokenized`), else rendered and
+    tokenized now, then kept for the next job. Its progress says which, and how long it took."""
+    started = time.monotonic()
+    cache_key = tokenized.key(cfg, pack_to)
+    hit = tokenized.load(cfg.state, cache_key)
+    if hit:
+        dataset, report = hit
+        how = "cached by an earlier job"
+    else:
+        what = f"tokenizing {cfg.data_rows} samples with the evaluation's template"
+        encoded, stats = data.encode_samples(Path(cfg.data), tokenizer, template, max_length=cfg.max_length,
+                                             kwargs=cfg.template_kwargs, content=content,
+                                             progress=lambda n: callback.preparing(what, n, cfg.data_rows))
+        dataset, report = data.sft_dataset(encoded, pack_to=pack_to), stats.report()
+        how = "tokenized now, " + tokenized.save(cfg.state, cache_key, dataset, report)
+    took = round(time.monotonic() - started, 2)
+    startup = callback.progress.setdefault("startup", {})
+    if "tokenize_s" not in startup:  # the first build's (a batch search builds again, from the cache)
+        startup.update(tokenize_s=took, tokenized=how)
+    print(f"[aci] data: {report}" + (f", packed into {len(dataset)} rows" if pack_to else "") +
+          f" ({how}, {took} s)", flush=True)
+    return dataset
 
 
 def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, content: bytes):
@@ -146,17 +168,7 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
     if cfg.method == "sft":
         from trl import SFTTrainer
 
-        key = (cfg.data, cfg.max_length, json.dumps(cfg.template_kwargs, sort_keys=True))
-        if key not in _ENCODED:  # a measurement builds its trainer twice (before and after the batch search)
-            _ENCODED.clear()
-            what = f"tokenizing {cfg.data_rows} samples with the evaluation's template"
-            _ENCODED[key] = data.encode_samples(Path(cfg.data), tokenizer, template, max_length=cfg.max_length,
-                                                kwargs=cfg.template_kwargs, content=content,
-                                                progress=lambda n: callback.preparing(what, n, cfg.data_rows))
-        encoded, stats = _ENCODED[key]
-        dataset = data.sft_dataset(encoded, pack_to=cfg.max_length if speed.packing else None)
-        print(f"[aci] data: {stats.report()}" + (f", packed into {len(dataset)} rows" if speed.packing else ""),
-              flush=True)
+        dataset = sft_data(cfg, tokenizer, template, callback, content, cfg.max_length if speed.packing else None)
         collator = data.PackedCollator(tokenizer.pad_token_id, flat=speed.packing_flat) if speed.packing else None
         callback.preparing("building the TRL trainer")
         trainer = schedule.planned(SFTTrainer, callback.plan)(
@@ -209,9 +221,9 @@ def find_batch(cfg: TrainConfig, trainer, callback) -> TrainConfig:
                                   "gradient_checkpointing": plan.gradient_checkpointing})
 
 
-def prepare(cfg: TrainConfig):
-    """The job's trainer, with its callback (`JobCallback`), ready to train. Raises ACIError when the data is
-    not the checked data."""
+def prepare(cfg: TrainConfig, launched: float):
+    """The job's trainer, with its callback (`JobCallback`), ready to train; `launched`: the monotonic time
+    the job's process began, for its time to step 1. Raises ACIError when the data is not the checked data."""
     content = data.pinned_content(Path(cfg.data), cfg.data_sha256, cfg.profile)
     import datasets
     import torch
@@ -224,7 +236,7 @@ def prepare(cfg: TrainConfig):
     transformers.utils.logging.disable_progress_bar()
     set_seed(cfg.seed)
     cuda = torch.cuda.is_available()
-    callback = JobCallback(cfg)
+    callback = JobCallback(cfg, launched)
     callback.preparing("loading the tokenizer and the evaluation's template")
     tokenizer = templates.load_tokenizer(cfg.model_path)
     if tokenizer.pad_token is None:
@@ -237,6 +249,7 @@ def prepare(cfg: TrainConfig):
     if cfg.find_batch and cfg.gradient_checkpointing is None:
         cfg = cfg.model_copy(update={"gradient_checkpointing": False})  # the search turns it on if needed
     trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
+    callback.progress.setdefault("startup", {})["ready_s"] = round(time.monotonic() - launched, 2)
     if cfg.find_batch:
         cfg = find_batch(cfg, trainer, callback)
         if callback.progress["batch"]["searched"]:  # the model loads again, for a trainer built for the split
@@ -251,11 +264,12 @@ def prepare(cfg: TrainConfig):
 
 
 def main(argv: list[str]) -> int:
+    launched = time.monotonic()
     cfg = config_mod.load(argv[0])
     jobs.write_progress({"phase": "preparing", "step": 0, "job": cfg.job,
                          "preparing": {"what": "importing torch, transformers and TRL", "since": iso()}})
     try:
-        trainer, callback = prepare(cfg)
+        trainer, callback = prepare(cfg, launched)
     except ACIError as e:
         print(f"[aci] refused: {e}", flush=True)
         return 2

@@ -1,6 +1,6 @@
 """What training jobs have done, read from state: their registered checkpoints, the latest job, the
 learning-rate sense check of a job's first loss (`aci.training.chance`), and a job's progress in words
-(what it prepares, its schedule's forecast)."""
+(what it prepares, its schedule's forecast, its time to step 1)."""
 
 from __future__ import annotations
 
@@ -58,14 +58,19 @@ def rate_advice(view: JobView) -> str | None:
 
 
 def describe(p: dict) -> list[str]:
-    """A job's schedule forecast: rate now, planned end, whether the stop time cuts it."""
+    """A job's schedule forecast (rate now, planned end, whether the stop time cuts it) and its start."""
     out = []
     fc = p.get("schedule") or {}
     if fc.get("note"):
         rate = f"{fc['step_s']:.3g} s/step ({fc.get('step_s_source')})" if fc.get("step_s") else "rate unknown"
-        out.append(f"  schedule {fc.get('kind')}: {fc['note']} [rate {rate}]")
+        start = fc.get("start_estimate")
+        was = f"; the start estimated {start['step_s']:.3g} s/step ({start.get('source')})" if start else ""
+        out.append(f"  schedule {fc.get('kind')}: {fc['note']} [rate {rate}{was}]")
     for e in p.get("schedule_events") or []:
         out.append(f"  schedule change at step {e['step']} ({e['at']}): {e['what']}")
+    s = p.get("startup") or {}
+    if "to_first_step_s" in s:
+        out.append(f"  time to step 1: {s['to_first_step_s']} s (data: {s.get('tokenized')}, {s.get('tokenize_s')} s)")
     return out
 
 
