@@ -29,6 +29,8 @@ NOT_TRL = {
     "measure_steps": "a dry-run's measurement job",
     "check_samples": "the start gate's data check",
     "find_batch": "the micro-batch search of a measurement job (aci.training.batch)",
+    "lr_probe": "a dry-run's probe job (aci.training.probe)",
+    "lr_probe_steps": "a dry-run's probe job (aci.training.probe)",
 }
 
 # Every other field, at a value other than its default.

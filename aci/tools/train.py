@@ -65,6 +65,7 @@ class TrainOutput(ToolOutput):
                          f"({est.get('lr_schedule')} schedule; rate {est.get('rate_source')}; loading "
                          f"{est.get('startup_s')} s, {est.get('startup_source')}; tokenizing {est.get('tokenize_s')} s, "
                          f"{est.get('tokenize_source')}); {est.get('time_left_for_work')} left before the reserve")
+            lines += status.describe_probe(c.get("lr_probe"))
         lines += [f"checkpoint {c['checkpoint']} {c.get('path')}" for c in self.checkpoints]
         lines += [f"warning: {w}" for w in self.warnings]
         if self.log:
@@ -116,7 +117,9 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
     checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate and the
     measurement it uses); with --measure-steps a job first finds the largest micro-batch that fits
     (gradient checkpointing only if needed), then measures tokens/s at it; start uses that split and
-    rate. With CUDA, SFT packs samples into rows (each attending only to itself) unless --no-packing."""
+    rate. dry-run --lr-probe: short runs at 5 learning rates from the same start, each one's held-out
+    loss drop and the rate suggested. With CUDA, SFT packs samples into rows (each attending only to
+    itself) unless --no-packing."""
     if inp.action == "list":
         return TrainOutput(action="list", jobs=status.listed(ctx))
     if inp.action == "status":

@@ -100,6 +100,8 @@ class TrainConfig(Schedule):
     measure: bool = Field(False, description="a throughput measurement: no checkpoints are saved")
     find_batch: bool = Field(False, description="measurement: first find the largest micro-batch that fits "
                                                 "(aci.training.batch), keeping batch_size x grad_accum")
+    lr_probe: list[float] | None = Field(None, description="measurement: probe these learning rates for max_steps "
+                                                           "each from the same start (aci.training.probe)")
     estimate: dict[str, Any] | None = Field(None, description="the start gate's estimate (seconds per step and its "
                                                               "source): the job plans with it until it has measured "
                                                               "its own steps")

@@ -222,7 +222,7 @@ def measured_rate(ctx: Context, cfg: dict) -> Rate:
     for job in sorted(jobs.list_jobs(ctx.state, kind="train"), key=lambda j: j.started_at, reverse=True):
         rate = job.progress.get("tokens_per_s")
         jc = ctx.state.read(f"{records.JOBS}/{job.id}/config.json") or {}
-        if not rate or jc.get("method") != cfg["method"]:
+        if not rate or jc.get("method") != cfg["method"] or jc.get("lr_probe"):  # a probe trains several times
             continue
         differs = [k for k in MATCHED if shown(jc, k) != shown(cfg, k)]
         score = ("model_path" in differs, len(differs))

@@ -192,8 +192,9 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
 
 
 def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[TrainConfig, dict, list[str], JobView | None]:
-    """`prepare`, then the deadline check; a dry-run with `measure_steps` measures the rate first (a job).
-    The config carries the estimate the job plans with until it has measured its own steps."""
+    """`prepare`, then the deadline check; a dry-run with `measure_steps` measures the rate first (a job),
+    and one with `lr_probe` probes learning rates (a job). The config carries the estimate the job plans
+    with until it has measured its own steps."""
     cfg, report, warnings = prepare(req, ctx, job_id, action)
     work = report.pop("work")
     probe = None
@@ -217,6 +218,8 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
         cfg = cfg.model_copy(update={"batch_size": found["micro_batch"], "grad_accum": found["grad_accum"],
                                      "gradient_checkpointing": found["gradient_checkpointing"]
                                      if req.gradient_checkpointing is None else req.gradient_checkpointing})
+    if action == "dry-run" and req.lr_probe:
+        report["lr_probe"] = probe_rates(ctx, cfg, req)
     rate = rate or gates.measured_rate(ctx, cfg.model_dump(mode="json"))
     per_row = report.pop("tokenize_s_per_row")
     cache_key = tokenized.key(cfg, req.max_length if _packs(req) else None) if req.method == "sft" else None
@@ -267,10 +270,33 @@ def launch(ctx: Context, cfg: TrainConfig, message: str, exclusive: bool = False
 def measure(ctx: Context, cfg: TrainConfig, steps: int, find_batch: bool = False) -> tuple[float | None, JobView]:
     """Run `steps` steps as a real job (no checkpoints) and return its measured tokens/s; with `find_batch`
     the job first searches the largest micro-batch that fits (its progress `batch` holds the plan)."""
-    probe = cfg.model_copy(update={"job": jobs.new_id("train"), "measure": True, "max_steps": steps,
-                                   "logging_steps": 1, "stop_at": None, "find_batch": find_batch})
-    probe = probe.model_copy(update={"output_dir": str(ctx.workdir / "checkpoints" / probe.job)})
-    view = launch(ctx, probe, f"throughput measurement ({steps} steps) for {cfg.method} of {cfg.model_path}")
+    view = measurement(ctx, cfg, {"max_steps": steps, "find_batch": find_batch},
+                       f"throughput measurement ({steps} steps) for {cfg.method} of {cfg.model_path}")
+    return view.progress.get("tokens_per_s"), view
+
+
+def probe_rates(ctx: Context, cfg: TrainConfig, req: TrainRequest) -> dict:
+    """`dry-run --lr-probe`: a job trains `lr_probe_steps` steps at each rate of `probe.FACTORS` times the
+    run's, from the same start on the same batches at a constant rate; its report (`aci.training.probe`)."""
+    from aci.training import probe
+
+    if cfg.method != "sft" or cfg.num_processes > 1:
+        raise ACIError("--lr-probe runs SFT on one process (one GPU); drop --method grpo or --num-gpus")
+    rates = [cfg.learning_rate * f for f in probe.FACTORS]
+    view = measurement(ctx, cfg, {"max_steps": req.lr_probe_steps, "lr_probe": rates, "lr_schedule": "constant",
+                                  "warmup_ratio": 0.0, "find_batch": False},
+                       f"learning-rate probe ({len(rates)} rates x {req.lr_probe_steps} steps) for {cfg.method} of "
+                       f"{cfg.model_path}")
+    return {"job": view.id, **view.progress.get("lr_probe", {})}
+
+
+def measurement(ctx: Context, cfg: TrainConfig, updates: dict, message: str) -> JobView:
+    """Run a measurement job (no checkpoints, no stop time, a log line per step) of `cfg` with `updates` and
+    wait for it; a measurement that fails is an error that carries its log."""
+    job = cfg.model_copy(update={"job": jobs.new_id("train"), "measure": True, "logging_steps": 1, "stop_at": None,
+                                 **updates})
+    job = job.model_copy(update={"output_dir": str(ctx.workdir / "checkpoints" / job.job)})
+    view = launch(ctx, job, message)
     end = time.monotonic() + MEASURE_TIMEOUT_S
     while view.status == "running" and time.monotonic() < end:
         time.sleep(1.0)
@@ -279,7 +305,7 @@ def measure(ctx: Context, cfg: TrainConfig, steps: int, find_batch: bool = False
         view = jobs.stop(ctx.state, view.id)
     if view.status != "succeeded":
         raise ACIError(f"the measurement job {view.id} {view.status}: {view.reason}\n{view.log_tail or ''}")
-    out = Path(probe.output_dir)
+    out = Path(job.output_dir)
     if out.is_dir() and not any(out.glob("checkpoint-*")):
         shutil.rmtree(out)  # the trainer creates its output folder even when it saves nothing
-    return view.progress.get("tokens_per_s"), view
+    return view

@@ -62,6 +62,10 @@ class TrainRequest(Schedule):
                                                                "(default: measured by earlier jobs)")
     measure_steps: int = Field(0, ge=0, le=100, description="dry-run: run this many steps as a job to measure "
                                                             "throughput (recorded for later estimates)")
+    lr_probe: bool = Field(False, description="dry-run: train lr_probe_steps steps at each of 5 learning rates "
+                                              "(0.1x to 10x the run's) from the same start on the same batches; "
+                                              "report each rate's held-out loss drop and the rate it suggests (sft)")
+    lr_probe_steps: int = Field(10, ge=1, le=200, description="dry-run --lr-probe: steps per rate")
     check_samples: int = Field(64, ge=1, le=5000, description="samples rendered and tokenized by the checks")
     find_batch: bool = Field(True, description="run the largest micro-batch that fits, as measured by `dry-run "
                                                "--measure-steps` (batch_size x grad_accum per step stays)")

@@ -273,7 +273,12 @@ def main(argv: list[str]) -> int:
     except ACIError as e:
         print(f"[aci] refused: {e}", flush=True)
         return 2
-    trainer.train()
+    if cfg.lr_probe:
+        from aci.training import probe
+
+        probe.run(trainer, cfg, callback)
+    else:
+        trainer.train()
     return 0
 
 

@@ -1,6 +1,6 @@
 """What training jobs have done, read from state: their registered checkpoints, the latest job, the
 learning-rate sense check of a job's first loss (`aci.training.chance`), and a job's progress in words
-(what it prepares, its schedule's forecast, its time to step 1)."""
+(what it prepares, its schedule's forecast, its time to step 1, a learning-rate probe's results)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,18 @@ def describe(p: dict) -> list[str]:
     s = p.get("startup") or {}
     if "to_first_step_s" in s:
         out.append(f"  time to step 1: {s['to_first_step_s']} s (data: {s.get('tokenized')}, {s.get('tokenize_s')} s)")
+    return out
+
+
+def describe_probe(probe: dict | None) -> list[str]:
+    if not probe:
+        return []
+    out = [f"learning-rate probe (job {probe.get('job')}, {probe.get('seconds')} s, {probe.get('steps_per_rate')} "
+           f"steps per rate, {probe.get('held_out_rows')} held-out rows):"]
+    out += [f"  {r['learning_rate']:.3g}: held-out loss {r['loss_before']:.4f} -> {r['loss_after']:.4f} (drop "
+            f"{r['drop']:.4f}{', rose' if r.get('rose') else ''}; first loss {r['first_loss']}; {r['seconds']} s)"
+            for r in probe.get("results", [])]
+    out.append(f"  suggested: {probe.get('suggested')} ({probe.get('why')})")
     return out
 
 
