@@ -208,7 +208,7 @@ async def train(agent: Agent, run: Run, sft: Path) -> list[str]:
     s = run.settings
     out = await agent("train", action="start", data=str(sft.relative_to(run.workdir)), learning_rate=s.learning_rate,
                       batch_size=s.batch_size, grad_accum=1, max_steps=s.steps, save_steps=s.save_steps,
-                      warmup_ratio=0.05, lr_scheduler="linear", logging_steps=25, max_length=256,
+                      warmup_ratio=0.05, lr_schedule="linear", logging_steps=25, max_length=256,
                       note="first SFT run on the gated synthetic set")
     job = out["job"]["id"]
     checks = out.get("checks") or {}

@@ -321,10 +321,10 @@ def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:
 
 def write_progress(fields: dict[str, Any], folder: str | Path | None = None) -> None:
     """Called from inside a job (e.g. a trainer callback): replace `progress.json` atomically."""
-    folder = Path(folder or os.environ.get(JOB_DIR_ENV, ""))
-    if not str(folder):
+    folder = folder or os.environ.get(JOB_DIR_ENV)
+    if not folder:  # not inside a job (a trainer built in-process): nowhere to report
         return
-    atomic_write_json(folder / "progress.json", {**fields, "updated_at": iso()})
+    atomic_write_json(Path(folder) / "progress.json", {**fields, "updated_at": iso()})
 
 
 def exit_record(rc: int | None, status: str, reason: str | None, **usage) -> dict:

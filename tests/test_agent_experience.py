@@ -82,7 +82,7 @@ async def replay(workdir: Path, bench: toybench.Bench) -> dict:
 
         # training under the strict profile, with 40 minutes: allowed
         train = dict(data="sft.jsonl", learning_rate=1e-3, batch_size=16, grad_accum=1, max_steps=500,
-                     save_steps=500, warmup_ratio=0.05, lr_scheduler="linear", logging_steps=25, max_length=256)
+                     save_steps=500, warmup_ratio=0.05, lr_schedule="linear", logging_steps=25, max_length=256)
         seen["t"]["data"] = time.monotonic() - t0
         seen["dry_run"] = await call("train", action="dry-run", **train)
         job = (await call("train", action="start", **train))["job"]["id"]

@@ -112,12 +112,22 @@ def test_base_model_only(run, tiny_model):
 
 
 def test_final_reserve_says_what_fits(run):
-    msg = refused("final-reserve", run, max_steps=5000, tokens_per_s=2.0)
+    """A fixed-step schedule that does not fit is refused with the steps that would; a wsd one (the default
+    with a deadline) is let through with the step its decay is timed to, unless not one step fits."""
+    msg = refused("final-reserve", run, max_steps=5000, tokens_per_s=2.0, lr_schedule="cosine")
     fit = int(re.search(r"max_steps=(\d+) would fit", msg).group(1))
-    assert "would take" in msg and "left before the final reserve" in msg and 10 < fit < 5000
-    out = call(run, action="dry-run", data="sft.jsonl", **FAST, max_steps=fit, tokens_per_s=2.0)
+    assert "would take" in msg and "left before the final reserve" in msg and "--lr-schedule wsd" in msg
+    assert 10 < fit < 5000
+    out = call(run, action="dry-run", data="sft.jsonl", **FAST, max_steps=fit, tokens_per_s=2.0, lr_schedule="cosine")
     assert out.checks["estimate"]["steps"] == fit and out.checks["estimate"]["rate_source"] == "declared"
-    assert "no run of even one step" in refused("final-reserve", run, max_steps=5000, tokens_per_s=0.001)
+    wsd = call(run, action="dry-run", data="sft.jsonl", **FAST, max_steps=5000, tokens_per_s=2.0)
+    est = wsd.checks["estimate"]
+    assert est["lr_schedule"] == "wsd" and est["cut"] and abs(est["steps_that_fit"] - fit) <= 1
+    assert any(f"reaches about step {est['steps_that_fit']}" in w for w in wsd.warnings)
+    assert wsd.config["estimate"]["step_s"] == est["step_s"] > 0  # the job plans with it until it measures
+    for schedule in ("wsd", "cosine"):
+        msg = refused("final-reserve", run, max_steps=5000, tokens_per_s=0.001, lr_schedule=schedule)
+        assert "no run of even one step fits, so no checkpoint would be saved" in msg
 
 
 def test_eval_template(run):
@@ -219,7 +229,7 @@ def test_the_deadline_check_counts_the_time_to_tokenize_the_whole_file(tmp_path,
     assert small.structured_content["checks"]["estimate"]["tokenize_s"] < 5
     assert tokenize_s > 10  # a quarter of it outlasts the time between the two dry runs
     assert big.is_error and "[rule final-reserve]" in big.content[0].text, big.content
-    assert re.search(r"after ~[\d,]+ s tokenizing the data", big.content[0].text), big.content[0].text
+    assert re.search(r"and ~[\d,]+ s tokenizing the data", big.content[0].text), big.content[0].text
 
 
 def test_every_row_shape_trains_as_the_other_tools_read_it(run, tiny_model):

@@ -16,7 +16,7 @@ from aci.errors import ACIError
 from aci.state import State, now, parse_ts, read_json, read_jsonl
 from tests.train_helpers import FAST, call, ctx_for, make_run, no_stray_jobs, wait  # noqa: F401 (fixture)
 
-LONG = {**FAST, "max_steps": 100_000, "save_steps": 100_000, "lr_scheduler": "constant"}
+LONG = {**FAST, "max_steps": 100_000, "save_steps": 100_000, "lr_schedule": "constant"}
 
 
 def _training(view) -> bool:

@@ -46,6 +46,9 @@ def _trainer(tmp_path: Path, model: Path, *, packing: bool, n: int = 12):
     from transformers import TrainerCallback
 
     class Callback(TrainerCallback):  # the job's callback without its job folder: progress goes nowhere
+        progress: dict = {}
+        plan = None  # the trainer's own (cosine) schedule
+
         def preparing(self, what, done=None, total=None):
             pass
 

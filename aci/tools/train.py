@@ -18,7 +18,6 @@ from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.state import now, parse_ts
 from aci.training import prepare, status
 from aci.training.request import TrainRequest
 
@@ -51,30 +50,28 @@ class TrainOutput(ToolOutput):
             p = j.progress
             bits = [f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else p.get("phase", "")]
             if j.status == "running" and p.get("phase") == "preparing" and p.get("preparing"):
-                bits.append(_preparing(p["preparing"]))
+                bits.append(status.preparing(p["preparing"]))
             bits += [f"{k}={p[k]:.4g}" if isinstance(p[k], float) else f"{k}={p[k]}"
-                     for k in ("loss", "reward", "tokens_per_s", "eta_s", "last_checkpoint") if p.get(k) is not None]
+                     for k in ("loss", "learning_rate", "reward", "tokens_per_s", "eta_s", "last_checkpoint")
+                     if p.get(k) is not None]
             lines.append(f"{j.id} {j.status} " + " ".join(b for b in bits if b) + (f" ({j.reason})" if j.reason else ""))
+            lines += status.describe(p)
         if self.checks:
             c = self.checks
             lines.append(f"checked {c.get('samples_checked')} samples: {c.get('mean_tokens')} tokens/sequence, "
                          f"assistant share {c.get('assistant_token_share')}, truncated {c.get('truncated')}")
             est = c.get("estimate") or {}
             lines.append(f"estimate: {est.get('steps')} steps, {est.get('tokens')} tokens, {est.get('duration')} "
-                         f"({est.get('rate_source')}); {est.get('time_left_for_work')} left before the reserve")
+                         f"({est.get('lr_schedule')} schedule; rate {est.get('rate_source')}; loading "
+                         f"{est.get('startup_s')} s, {est.get('startup_source')}; tokenizing {est.get('tokenize_s')} s, "
+                         f"{est.get('tokenize_source')}); {est.get('time_left_for_work')} left before the reserve")
+            lines += status.describe_probe(c.get("lr_probe"))
         lines += [f"checkpoint {c['checkpoint']} {c.get('path')}" for c in self.checkpoints]
         lines += [f"warning: {w}" for w in self.warnings]
         if self.log:
             lines += ["log:", self.log]
         lines += [f"next: {n}" for n in self.next]
         return "\n".join(lines)
-
-
-def _preparing(step: dict) -> str:
-    """'tokenizing 3000 samples ...: 1200/3000 (for 14 s)': what a job does before its first step."""
-    counts = f": {step['done']}/{step['total']}" if step.get("total") else ""
-    since = f" (for {(now() - parse_ts(step['since'])).total_seconds():.0f} s)" if step.get("since") else ""
-    return f"{step.get('what')}{counts}{since}"
 
 
 def _status(inp: TrainInput, ctx: Context) -> TrainOutput:
@@ -107,17 +104,22 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
     current content under the posttrainbench rules), forbidden-datasets (file name or --sources banned),
     base-model-only (the model must be the base or a checkpoint descending from it), eval-template (the
     template must be the run card's and render the data), final-reserve (at measured or declared
-    --tokens-per-s the run must end before the deadline minus the reserve; the refusal suggests a
-    max_steps that fits). Also refused: data with no assistant tokens, every sample truncated, a job
-    while another train or eval job holds the GPU (unless --concurrent). A running job saves and stops
-    itself at the reserve.
+    --tokens-per-s a fixed-step run must end before the deadline minus the reserve, the refusal suggests a
+    max_steps that fits; a wsd run must reach its first checkpoint). Also refused: data with no assistant
+    tokens, every sample truncated, a job while another train or eval job holds the GPU (unless
+    --concurrent). With a deadline the schedule is wsd by default: the job measures its step rate as it
+    runs and starts the decay so that it ends, saves and stops before the reserve; else it saves and
+    stops itself at the reserve.
 
-    status [--job ID]: step, total, loss, learning rate, tokens/s, ETA, checkpoints; a failed job's log
+    status [--job ID]: step, total, loss, learning rate, tokens/s, ETA, checkpoints; the step rate now,
+    the planned end and whether the stop time cuts the schedule; time to step 1; a failed job's log
     tail. stop --job ID: saves a last checkpoint, then ends the job. dry-run [--measure-steps N]: the
-    checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate); with
-    --measure-steps a job first finds the largest micro-batch that fits (gradient checkpointing only if
-    needed), then measures tokens/s at it; start uses that split and rate. With CUDA, SFT packs samples
-    into rows (each attending only to itself) unless --no-packing."""
+    checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate and the
+    measurement it uses); with --measure-steps a job first finds the largest micro-batch that fits
+    (gradient checkpointing only if needed), then measures tokens/s at it; start uses that split and
+    rate. dry-run --lr-probe: short runs at 5 learning rates from the same start, each one's held-out
+    loss drop and the rate suggested. With CUDA, SFT packs samples into rows (each attending only to
+    itself) unless --no-packing."""
     if inp.action == "list":
         return TrainOutput(action="list", jobs=status.listed(ctx))
     if inp.action == "status":

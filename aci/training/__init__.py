@@ -1,7 +1,10 @@
 """Training jobs: SFT and GRPO through TRL, run as supervised jobs (see `aci.jobs`).
 
-`config` is the resolved job configuration (written by the `train` tool, read by the job), `data` turns
-samples into token ids and assistant masks with the evaluation's template, `callbacks` report progress
-and register checkpoints in state while training runs, `rewards` builds GRPO rewards from the graders,
-and `run` is the job's entry point (`python -m aci.training.run <config.json>`).
+`request` is what a caller asks and `config` the resolved job configuration (written by the `train`
+tool, read by the job); `gates` and `prepare` check a request and launch it; `data` turns samples into
+token ids and assistant masks with the evaluation's template, `tokenized` keeps them for the next job;
+`callbacks` report progress and register checkpoints in state while training runs, `pace` measures the
+step rate and `schedule` times the wsd decay to the stop time by it; `probe` compares learning rates;
+`rewards` builds GRPO rewards from the graders; `run` is the job's entry point (`python -m
+aci.training.run <config.json>`).
 """

@@ -1,16 +1,22 @@
 """The trainer callback that ties a TRL run to the run's state.
 
-* progress (step, total, loss and the first loss, learning rate, tokens/s, ETA, the model's vocabulary
-  size) goes to the job's `progress.json`, at every log and at most every `PROGRESS_EVERY_S` seconds in
-  between, so `train status` is current but a fast loop is not slowed by disk writes;
+* progress (step, total, loss and the first loss, learning rate, tokens/s at the step rate measured now,
+  ETA, time to step 1, the model's vocabulary size) goes to the job's `progress.json`, at every log and
+  at most every `PROGRESS_EVERY_S` seconds in between, so `train status` is current but a fast loop is
+  not slowed by disk writes;
 * each checkpoint is registered in `checkpoints.jsonl` the moment the trainer has written it (and, for
   LoRA, optionally saved merged first), pinned by its content hash, so `eval-checkpoint` can pick it up
   while training goes on;
 * only the newest `keep_checkpoints` (default 3) of the job stay on disk: older ones are deleted as new
   ones are saved (never the promoted one, nor one an evaluation job is reading), so a long run does not
   fill the disk; the event that registers a checkpoint names those removed;
-* the job saves and stops by itself at `stop_at` (deadline minus the final reserve), and on SIGTERM
-  (`train stop`) it saves a last checkpoint at the end of the current step before exiting.
+* the step time is measured as the job runs (`aci.training.pace`) and, under the `wsd` schedule, the
+  learning-rate plan re-decided after every step (`aci.training.schedule`): the decay starts so that it
+  ends, and the job saves and stops, before `stop_at`; the forecast (rate now, planned end, whether the
+  stop time cuts the schedule, and what the job did about it) is in the progress as `schedule`;
+* the job saves and stops by itself at `stop_at` (deadline minus the final reserve) when its schedule
+  does not end first, and on SIGTERM (`train stop`) it saves a last checkpoint at the end of the current
+  step before exiting.
 """
 
 from __future__ import annotations
@@ -25,22 +31,28 @@ from transformers import TrainerCallback
 from aci import jobs, records
 from aci.evaluation import identity
 from aci.state import State, iso, now, parse_ts
+from aci.training import pace, schedule
 from aci.training.config import TrainConfig
 
 PROGRESS_EVERY_S = 2.0
-SAVE_MARGIN_S = 60.0  # time kept for the last save before stop_at
 
 
 class JobCallback(TrainerCallback):
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, launched: float | None = None):
         self.cfg = cfg
         self.state = State(cfg.state)
         self.stop_at = parse_ts(cfg.stop_at) if cfg.stop_at else None
         self.progress: dict = {"phase": "preparing", "step": 0, "job": cfg.job}
+        self.launched = launched if launched is not None else time.monotonic()  # when the job's process began
         self.t0: float | None = None
         self.written = 0.0
         self.stop_reason: str | None = None
         self.training = False
+        self.plan = schedule.Wsd() if cfg.lr_schedule == "wsd" else None  # read by the trainer's scheduler
+        self.pace = pace.Pace(cfg.estimate)
+        self.applied_lr: float | None = None  # the learning rate of the last optimizer step
+        self.more: int | None = None  # steps that still end, and save, before stop_at (None: unknown)
+        self.changed: str | None = None  # what the last re-plan did, in words
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     # -- progress ------------------------------------------------------------------------------
@@ -62,8 +74,11 @@ class JobCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.t0 = time.monotonic()
+        self.pace.started(self.t0)
         self.training = True
         self.progress.pop("preparing", None)
+        if model is not None:
+            self.pace.save_bytes = checkpoint_bytes(model, adapter=self.cfg.lora is not None, merged=self.cfg.merge_lora)
         if state.is_world_process_zero:
             vocab = getattr(getattr(model, "config", None), "vocab_size", None)  # the span of the softmax
             self.write(force=True, phase="training", total_steps=state.max_steps, started_training_at=iso(),
@@ -76,8 +91,9 @@ class JobCallback(TrainerCallback):
         fields = {k: logs[k] for k in ("loss", "learning_rate", "reward", "grad_norm") if k in logs}
         # the trainer's own count when the job asks for it (packed rows: TRL counts one row per batch)
         tokens = getattr(state, "num_input_tokens_seen", 0) or logs.get("num_tokens") or 0
-        if tokens and elapsed > 0:
-            fields.update(tokens=int(tokens), tokens_per_s=round(tokens / elapsed, 1))
+        if tokens and elapsed > 0 and state.global_step:  # at the step rate measured now (the first step's
+            step_s = self.pace.measured() or elapsed / state.global_step  # warm-up left out), else on average
+            fields.update(tokens=int(tokens), tokens_per_s=round(tokens / state.global_step / step_s, 1))
         if not fields or "train_loss" in logs:  # the closing summary (train_runtime is in every log counting tokens)
             return
         if "loss" in fields and "first_loss" not in self.progress:  # `aci.training.chance` reads it
@@ -86,16 +102,44 @@ class JobCallback(TrainerCallback):
         print(f"[aci] step {state.global_step}/{state.max_steps} " +
               " ".join(f"{k}={v}" for k, v in fields.items()), flush=True)
 
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        """Between the optimizer's step and the scheduler's: measure the step, re-plan, so the scheduler
+        sets the next step's rate from the plan as it stands now."""
+        if self.t0 is None:
+            return
+        if optimizer is not None and optimizer.param_groups:
+            self.applied_lr = optimizer.param_groups[0]["lr"]
+        self.pace.step_ended(time.monotonic())
+        step = state.global_step + 1  # the trainer counts the step once the scheduler has stepped
+        self.more = self.pace.more_steps((self.stop_at - now()).total_seconds()) if self.stop_at else None
+        self.changed = self.plan.follow(step, self.more) if self.plan else None
+
     def on_step_end(self, args, state, control, **kwargs):
         if self.t0 is None:
             return
-        elapsed = time.monotonic() - self.t0
+        t = time.monotonic()
+        step, at, more, changed = state.global_step, now(), self.more, self.changed
+        self.changed = None
+        if step == 1:
+            self.progress.setdefault("startup", {})["to_first_step_s"] = round(t - self.launched, 1)
+        end = self.plan.end if self.plan else state.max_steps
+        if self.stop_reason is None and step < state.max_steps:
+            if self.plan and step >= end:
+                self.stop_reason = f"planned end: the wsd decay reached its floor at step {step}"
+            elif more is not None and more < 1:
+                cut = f", before the wsd decay reached its floor (planned for step {end})" if self.plan else ""
+                self.stop_reason = f"reached the final reserve (stop_at {self.cfg.stop_at}){cut}"
+        fields = self._timing(state, t - self.t0)
+        fields["schedule"] = {**pace.forecast(self.pace, step=step, end=end, total=state.max_steps, at=at,
+                                              kind=self.cfg.lr_schedule, stop_at=self.stop_at),
+                              **(self.plan.report(step) if self.plan else {})}
+        if changed:
+            fields["schedule"]["changed"] = changed
+            self.progress["schedule_events"] = [*self.progress.get("schedule_events", [])[-4:],
+                                                {"step": step, "at": iso(at), "what": changed}]
+            print(f"[aci] schedule: {changed}", flush=True)
         if state.is_world_process_zero:
-            self.write(**self._timing(state, elapsed))
-        if self.stop_reason is None and self.stop_at is not None and state.global_step:
-            step_s = elapsed / state.global_step
-            if (self.stop_at - now()).total_seconds() < 2 * step_s + SAVE_MARGIN_S:
-                self.stop_reason = f"reached the final reserve (stop_at {self.cfg.stop_at})"
+            self.write(force=bool(changed), **fields)
         if self.stop_reason:
             control.should_save = not self.cfg.measure
             control.should_training_stop = True
@@ -104,10 +148,11 @@ class JobCallback(TrainerCallback):
 
     def _timing(self, state, elapsed: float) -> dict:
         step, total = state.global_step, state.max_steps
+        end = self.plan.end if self.plan else total
         out = {"step": step, "total_steps": total, "epoch": round(state.epoch or 0.0, 3), "elapsed_s": round(elapsed, 1)}
         if step:
-            eta = (total - step) * elapsed / step
-            out.update(eta_s=round(eta, 1), steps_per_s=round(step / elapsed, 4) if elapsed else None)
+            step_s = self.pace.step_s()[0] or elapsed / step
+            out.update(eta_s=round(max(0, end - step) * step_s, 1), steps_per_s=round(step / elapsed, 4) if elapsed else None)
         return out
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -137,12 +182,14 @@ class JobCallback(TrainerCallback):
             type="registered", checkpoint=f"{self.cfg.job}/checkpoint-{step}", ts=now(), path=str(folder),
             parent=self.cfg.parent, job=self.cfg.job, step=step, adapter=adapter, **identity.pin(folder),
         ).model_dump(mode="json", exclude_none=True)
-        entry.update(method=self.cfg.method, loss=self.progress.get("loss"), **({"merged": str(merged)} if merged else {}))
+        entry.update(method=self.cfg.method, loss=self.progress.get("loss"), learning_rate=self.applied_lr,
+                     **({"merged": str(merged)} if merged else {}))
         removed = self._rotate(Path(args.output_dir), step)
         gone = f"; removed {', '.join(removed)} (keep_checkpoints={self.cfg.keep_checkpoints})" if removed else ""
         with self.state.event("train", f"checkpoint {entry['checkpoint']} saved{gone}", tool="train",
                               data={"job": self.cfg.job, "checkpoint": entry["checkpoint"], "removed": removed}) as w:
             w.append(records.CHECKPOINTS, entry)
+        self.pace.saved(time.monotonic())
         self.write(force=True, phase="training", last_checkpoint=entry["checkpoint"])
 
     def _rotate(self, output_dir: Path, step: int) -> list[str]:
@@ -170,6 +217,15 @@ def _in_use(state: State) -> set[str]:
         if j.kind == "eval":
             used.add((state.read(f"{records.JOBS}/{j.id}/config.json") or {}).get("checkpoint"))
     return {u for u in used if u}
+
+
+def checkpoint_bytes(model, *, adapter: bool, merged: bool) -> int:
+    """What a checkpoint of `model` writes: its weights (a LoRA adapter's alone), plus the merged copy."""
+    params = list(model.parameters())
+    full = sum(p.numel() * p.element_size() for p in params)
+    if not adapter:
+        return full
+    return sum(p.numel() * p.element_size() for p in params if p.requires_grad) + (full if merged else 0)
 
 
 def save_merged(model, tokenizer, out: Path) -> None:

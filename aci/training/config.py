@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from aci.errors import ACIError
 
 ZERO_CONFIGS = {"zero2": "zero2.json", "zero3": "zero3.json"}
+# "wsd" is aci's (aci.training.schedule); the others are transformers scheduler names, passed as they are.
+Schedules = Literal["wsd", "cosine", "linear", "constant", "constant_with_warmup"]
 
 
 class _Strict(BaseModel):
@@ -32,18 +34,23 @@ class Schedule(_Strict):
                                                     "grpo: prompt limit")
     packing: bool | None = Field(None, description="pack samples into rows of max_length, each attending only to "
                                                    "itself (default: on with CUDA where the model supports it)")
-    epochs: float = Field(1.0, gt=0)
+    epochs: float = Field(1.0, gt=0, description="passes over the data (max_steps overrides)")
     max_steps: int | None = Field(None, ge=1, description="optimizer steps (overrides epochs)")
-    lr_scheduler: str = Field("cosine", description="transformers scheduler name: cosine, linear, constant, ...")
-    warmup_ratio: float = Field(0.03, ge=0, lt=1)
+    lr_schedule: Schedules | None = Field(None, description=(
+        "wsd: warmup, stable, then a decay timed to end by the job's stop time at its measured step rate (the "
+        "default when the run has a deadline); cosine (the default without one), linear, constant, "
+        "constant_with_warmup: transformers' schedules over a fixed number of steps"))
+    warmup_ratio: float = Field(0.03, ge=0, lt=1, description="share of the planned steps over which the learning "
+                                                              "rate rises from 0 to its peak")
     batch_size: int = Field(4, ge=1, description="per device (grpo: completions per device)")
-    grad_accum: int = Field(4, ge=1)
+    grad_accum: int = Field(4, ge=1, description="micro-batches accumulated into one optimizer step (batch per "
+                                                 "step: batch_size x grad_accum x GPUs)")
     gradient_checkpointing: bool | None = Field(None, description="default: on with CUDA")
     save_steps: int = Field(200, ge=1, description="save and register a checkpoint every N steps (and at the end)")
     keep_checkpoints: int = Field(3, ge=0, description="checkpoints of the job kept on disk: older ones are deleted "
                                                        "as new ones are saved, except a promoted one (0 = keep all)")
-    logging_steps: int = Field(10, ge=1)
-    seed: int = 0
+    logging_steps: int = Field(10, ge=1, description="log loss, learning rate and throughput every N steps")
+    seed: int = Field(0, description="seed of the data order, of new weights (LoRA) and of sampling (grpo)")
 
 
 class LoraSettings(_Strict):
@@ -83,6 +90,7 @@ class TrainConfig(Schedule):
     template_sha256: str | None = None
     template_kwargs: dict[str, Any] = Field(default_factory=dict)
     profile: str = "default"
+    lr_schedule: Schedules = Field("cosine", description="resolved: wsd with a stop time, else cosine, unless chosen")
     lora: LoraSettings | None = None
     merge_lora: bool = False
     learning_rate: float = Field(gt=0)
@@ -93,6 +101,11 @@ class TrainConfig(Schedule):
     measure: bool = Field(False, description="a throughput measurement: no checkpoints are saved")
     find_batch: bool = Field(False, description="measurement: first find the largest micro-batch that fits "
                                                 "(aci.training.batch), keeping batch_size x grad_accum")
+    lr_probe: list[float] | None = Field(None, description="measurement: probe these learning rates for max_steps "
+                                                           "each from the same start (aci.training.probe)")
+    estimate: dict[str, Any] | None = Field(None, description="the start gate's estimate (seconds per step and its "
+                                                              "source): the job plans with it until it has measured "
+                                                              "its own steps")
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")

@@ -26,14 +26,16 @@ FOLDER = "checks"
 KEEP = 64  # results kept; the oldest go first
 TOKENIZER_FILES = ("config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt",
                    "merges.txt", "spiece.model", "chat_template.jinja", "chat_template.json")
-CHECK_CODE = ("templates.py", "training/data.py", "training/prepare.py", "training/datacheck.py")
+CHECK_CODE = ("templates.py", "training/data.py", "training/prepare.py", "training/datacheck.py",
+              "training/tokenized.py")
 PACKAGE = Path(__file__).resolve().parent.parent
 
 
 def key(*, method: str, settings: dict, model_path: str, template: Path | None, data_sha256: str) -> str | None:
-    """The key of a check's inputs, or None when they cannot all be read from files (a hub model id)."""
-    folder = Path(model_path)
-    if method != "sft" or not folder.is_dir():
+    """The key of a check's inputs, or None when they cannot all be read from files (a hub model id that is
+    not in the local hub cache)."""
+    folder = model_folder(model_path)
+    if method != "sft" or folder is None:
         return None
     h = hashlib.sha256()
 
@@ -54,6 +56,19 @@ def key(*, method: str, settings: dict, model_path: str, template: Path | None, 
     for rel in CHECK_CODE:
         add(rel, (PACKAGE / rel).read_bytes())
     return h.hexdigest()
+
+
+def model_folder(model_path: str) -> Path | None:
+    """The folder holding the model's files: the path itself, or a hub id's snapshot in the local cache."""
+    if Path(model_path).is_dir():
+        return Path(model_path)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(model_path, "config.json")
+    except (ValueError, OSError):  # not a hub id (an odd path), or no readable cache: no key, no reuse
+        return None
+    return Path(found).parent if isinstance(found, str) else None
 
 
 def recall(state: State, check_key: str | None) -> tuple[dict, list[str]] | None:

@@ -8,7 +8,8 @@
   `simple`, against the run card's pinned reference with at least one item checked; the job then
   trains only on bytes with that hash (`aci.training.data.pinned_content`);
 * `eval-template`: the template is the one the evaluation renders (the run card's) and renders the data;
-* `final-reserve`: the run, at measured or declared throughput, ends before the deadline minus reserve.
+* `final-reserve`: the run, at measured or declared throughput, ends before the deadline minus reserve (a
+  `wsd` run: its first checkpoint does, since its decay is timed to the stop time).
 
 No heavy import here: the tool imports this module.
 """
@@ -16,7 +17,7 @@ No heavy import here: the tool imports this module.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from aci import clock, jobs, manifest, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import identity
+from aci.state import now, parse_ts
 
 STARTUP_S = 60.0  # loading the model before the first step (tokenizing the data is measured, see check_deadline)
 
@@ -209,18 +211,60 @@ def grpo_work(rows: int, mean_prompt: float, *, completion: int, generations: in
     return Work(steps, per_step * steps, per_step)
 
 
-def measured_rate(ctx: Context, method: str, model_path: str, lora: bool) -> tuple[float | None, str]:
-    """Tokens/s of the latest earlier job of the same method, model and LoRA-ness (or of the method)."""
-    same, similar = None, None
-    for job in reversed(jobs.list_jobs(ctx.state, kind="train")):
+@dataclass
+class Rate:
+    """The throughput a start estimate uses, and where it comes from."""
+
+    tokens_per_s: float | None
+    source: str
+    job: str | None = None
+    measured_at: str | None = None
+    differs: list[str] = field(default_factory=list)
+    load_s: float | None = None  # that job's time from launch to a ready trainer, tokenizing left out
+
+
+MATCHED = ("model_path", "lora", "max_length")  # what a measurement shares with the run at best, besides the method
+
+
+def measured_rate(ctx: Context, cfg: dict) -> Rate:
+    """Tokens/s of the latest earlier job of the same method that shares the most with `cfg` (model first,
+    then LoRA setting and max_length): which job, how long ago, and what differs from this run."""
+    def shown(c: dict, k: str):
+        return bool(c.get(k)) if k == "lora" else c.get(k)
+
+    best: tuple | None = None
+    for job in sorted(jobs.list_jobs(ctx.state, kind="train"), key=lambda j: j.started_at, reverse=True):
         rate = job.progress.get("tokens_per_s")
-        cfg = ctx.state.read(f"{records.JOBS}/{job.id}/config.json") or {}
-        if not rate or cfg.get("method") != method:
+        jc = ctx.state.read(f"{records.JOBS}/{job.id}/config.json") or {}
+        if not rate or jc.get("method") != cfg["method"] or jc.get("lr_probe"):  # a probe trains several times
             continue
-        if cfg.get("model_path") == model_path and bool(cfg.get("lora")) == lora:
-            same = same or (rate, f"measured by job {job.id}")
-        similar = similar or (rate, f"measured by job {job.id} (another model or LoRA setting)")
-    return same or similar or (None, "no measurement")
+        differs = [k for k in MATCHED if shown(jc, k) != shown(cfg, k)]
+        score = ("model_path" in differs, len(differs))
+        if best is None or score < best[0]:
+            best = (score, job, rate, jc, differs)
+        if not differs:
+            break
+    if best is None:
+        return Rate(None, "no measurement")
+    _, job, rate, jc, differs = best
+    at = job.progress.get("updated_at")
+    age = f" {_age((now() - parse_ts(at)).total_seconds())} ago" if at else ""
+    said = {"model_path": lambda c: f"model {c.get('model_path')}", "lora": lambda c: "LoRA" if c.get("lora") else
+            "full weights", "max_length": lambda c: f"max_length {c.get('max_length')}"}
+    what = (f"; differs: {', '.join(f'{said[k](jc)} (this run: {said[k](cfg)})' for k in differs)}" if differs else
+            " (same model, method, LoRA setting and max_length)")
+    return Rate(rate, f"measured by job {job.id}{age}{what}", job.id, at, differs, load_s(job.progress))
+
+
+def load_s(progress: dict) -> float | None:
+    """A job's seconds from launch to a ready trainer, less its tokenizing (None: not measured)."""
+    startup = progress.get("startup") or {}
+    return startup["ready_s"] - startup.get("tokenize_s", 0.0) if "ready_s" in startup else None
+
+
+def _age(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
+        f"{seconds / 3600:.1f} h"
 
 
 def check_reserve(ctx: Context) -> None:
@@ -232,29 +276,46 @@ def check_reserve(ctx: Context) -> None:
                                                 f"reserve {clock.fmt(ctx.clock.reserve)}); no new training")
 
 
-def check_deadline(ctx: Context, work: Work, rate: float | None, rate_source: str, tokenize_s: float = 0.0) -> dict:
+def check_deadline(ctx: Context, work: Work, rate: Rate, *, tokenize_s: float = 0.0, tokenize_source: str = "",
+                   lr_schedule: str = "cosine") -> dict:
     """Refuse a run that cannot end before the final reserve; return the estimate either way.
 
-    The estimate is loading (`STARTUP_S`) plus `tokenize_s` (the job renders and tokenizes the whole
-    data file before step 1; the checks measure it on their samples) plus the tokens at `rate`.
+    The estimate is loading (measured by the job the rate comes from, else `STARTUP_S`) plus `tokenize_s`
+    (the job renders and tokenizes the whole data file before step 1 unless an earlier job's tokenized
+    data is cached; the checks measure it on their samples) plus the tokens at the rate. A `wsd` run that
+    does not fit is not refused: its decay is timed to end by the stop time (`aci.training.schedule`),
+    so it is refused only when not one step, and so no checkpoint, would end before the reserve.
     """
     check_reserve(ctx)
     left = ctx.clock.left_for_work()
-    startup = STARTUP_S + tokenize_s
-    duration = clock.estimate(work.tokens, rate, startup)
-    info = {"steps": work.steps, "tokens": int(work.tokens), "tokens_per_s": rate, "rate_source": rate_source,
-            "duration": clock.fmt(duration), "duration_s": duration.total_seconds() if duration else None,
-            "tokenize_s": round(tokenize_s, 1), "time_left_for_work": clock.fmt(left),
+    load_s, load_source = (rate.load_s, f"measured by job {rate.job}") if rate.load_s is not None else \
+        (STARTUP_S, "assumed: no earlier job measured it")
+    startup = load_s + tokenize_s
+    r = rate.tokens_per_s
+    duration = clock.estimate(work.tokens, r, startup)
+    step_s = work.tokens_per_step / r if r and work.tokens_per_step else None
+    info = {"steps": work.steps, "tokens": int(work.tokens), "tokens_per_s": r, "rate_source": rate.source,
+            "rate_job": rate.job, "rate_measured_at": rate.measured_at, "rate_differs": rate.differs,
+            "step_s": step_s, "duration": clock.fmt(duration), "duration_s": duration.total_seconds() if duration
+            else None, "startup_s": round(load_s, 1), "startup_source": load_source, "tokenize_s": round(tokenize_s, 1),
+            "tokenize_source": tokenize_source, "lr_schedule": lr_schedule, "time_left_for_work": clock.fmt(left),
             "deadline_source": ctx.clock.source}
-    if left is None:
+    if left is None or duration is None or duration <= left:
         return info
-    if duration is not None and duration > left:
-        usable = left.total_seconds() - startup
-        fit = int(usable * rate / work.tokens_per_step) if usable > 0 and work.tokens_per_step else 0
-        hint = f"; max_steps={fit} would fit" if fit >= 1 else "; no run of even one step fits"
-        prep = f", after ~{tokenize_s:,.0f} s tokenizing the data" if tokenize_s >= 1 else ""
-        raise ctx.rules.refuse("final-reserve", f"this run of {work.steps} steps (~{int(work.tokens):,} tokens at "
-                                                f"{rate:,.0f} tokens/s, {rate_source}{prep}) would take "
-                                                f"{clock.fmt(duration)} but only {clock.fmt(left)} is left before the "
-                                                f"final reserve{hint}")
-    return info
+    usable = left.total_seconds() - startup
+    fit = int(usable / step_s) if usable > 0 and step_s else 0
+    prep = f", after ~{load_s:,.0f} s loading ({load_source}) and ~{tokenize_s:,.0f} s tokenizing the data"
+    if fit < 1:
+        raise ctx.rules.refuse("final-reserve", f"no run of even one step fits, so no checkpoint would be saved "
+                                                f"before the final reserve: {clock.fmt(left)} is left, and a step "
+                                                f"takes ~{step_s or 0:,.1f} s at {r:,.0f} tokens/s ({rate.source}){prep}")
+    if lr_schedule == "wsd":
+        info.update(cut=True, steps_that_fit=fit, note=(
+            f"the stop time comes before the {work.steps} planned steps: at this rate the job reaches about step "
+            f"{fit}, and its wsd decay is timed to end there (re-planned as the job measures its own rate)"))
+        return info
+    raise ctx.rules.refuse("final-reserve", f"this run of {work.steps} steps (~{int(work.tokens):,} tokens at "
+                                            f"{r:,.0f} tokens/s, {rate.source}{prep}) would take "
+                                            f"{clock.fmt(duration)} but only {clock.fmt(left)} is left before the "
+                                            f"final reserve; max_steps={fit} would fit, or --lr-schedule wsd, "
+                                            f"which decays to end by the stop time")

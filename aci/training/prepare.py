@@ -19,7 +19,7 @@ from aci import jobs, manifest
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
-from aci.training import batch, chance, datacheck, gates, hardware
+from aci.training import batch, chance, datacheck, gates, hardware, tokenized
 from aci.training import config as config_mod
 from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
 from aci.training.request import LORA_TARGETS, TrainRequest
@@ -153,8 +153,9 @@ def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, 
     data = Path(req.data)
     stop_at = ctx.clock.deadline - ctx.clock.reserve if ctx.clock.deadline else None
     use_vllm = req.use_vllm if req.use_vllm is not None else importlib.util.find_spec("vllm") is not None and _cuda()
+    schedule = req.lr_schedule or ("wsd" if stop_at else "cosine")  # wsd needs a stop time to aim at
     return TrainConfig(
-        **req.model_dump(include=set(config_mod.Schedule.model_fields)),
+        **{**req.model_dump(include=set(config_mod.Schedule.model_fields)), "lr_schedule": schedule},
         method=req.method, job=job_id, state=str(ctx.state.root), workdir=str(ctx.workdir),
         output_dir=str(ctx.workdir / "checkpoints" / job_id), model_path=src.path, model_adapter=src.adapter,
         parent=src.checkpoint, data=str(data), data_sha256=data_sha256, data_rows=rows,
@@ -197,8 +198,7 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
     cfg = job_config(req, ctx, job_id, src, template_path, deepspeed, rows, data_sha256)
     seq_per_sample = report["sequences"] / report["samples_checked"]
     if req.method == "sft":
-        packing = req.packing if req.packing is not None else hardware.cuda_likely()  # the job decides for real
-        report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=packing,
+        report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=_packs(req),
                                         max_length=req.max_length, batch=req.batch_size, grad_accum=req.grad_accum,
                                         processes=req.num_gpus, epochs=req.epochs, max_steps=req.max_steps)
     else:
@@ -211,14 +211,17 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
 
 
 def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[TrainConfig, dict, list[str], JobView | None]:
-    """`prepare`, then the deadline check; a dry-run with `measure_steps` measures the rate first (a job)."""
+    """`prepare`, then the deadline check; a dry-run with `measure_steps` measures the rate first (a job),
+    and one with `lr_probe` probes learning rates (a job). The config carries the estimate the job plans
+    with until it has measured its own steps."""
     cfg, report, warnings = prepare(req, ctx, job_id, action)
     work = report.pop("work")
     probe = None
-    rate, source = (req.tokens_per_s, "declared") if req.tokens_per_s else (None, "")
+    rate = gates.Rate(req.tokens_per_s, "declared") if req.tokens_per_s else None
     if action == "dry-run" and req.measure_steps:
-        rate, probe = measure(ctx, cfg, req.measure_steps, find_batch=req.find_batch)
-        source = f"measured now by job {probe.id}"
+        tokens_per_s, probe = measure(ctx, cfg, req.measure_steps, find_batch=req.find_batch)
+        rate = gates.Rate(tokens_per_s, f"measured now by job {probe.id}", probe.id,
+                          probe.progress.get("updated_at"), load_s=gates.load_s(probe.progress))
         found = probe.progress.get("batch") or {}
         report["batch"] = {**found, "source": f"measured now by job {probe.id}"}
         report["first_loss"] = probe.progress.get("first_loss")
@@ -234,14 +237,31 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
         cfg = cfg.model_copy(update={"batch_size": found["micro_batch"], "grad_accum": found["grad_accum"],
                                      "gradient_checkpointing": found["gradient_checkpointing"]
                                      if req.gradient_checkpointing is None else req.gradient_checkpointing})
-    if rate is None:
-        rate, source = gates.measured_rate(ctx, cfg.method, cfg.model_path, cfg.lora is not None)
-    tokenize_s = report.pop("tokenize_s_per_row") * report["rows"]
-    report["estimate"] = gates.check_deadline(ctx, work, rate, source, tokenize_s=tokenize_s)
-    if rate is None and ctx.clock.deadline is not None:
-        warnings.append("no throughput known, so the end time is not checked: the job saves and stops by itself at "
-                        "the final reserve; `train dry-run --measure-steps 5` measures it")
+    if action == "dry-run" and req.lr_probe:
+        report["lr_probe"] = probe_rates(ctx, cfg, req)
+    rate = rate or gates.measured_rate(ctx, cfg.model_dump(mode="json"))
+    per_row = report.pop("tokenize_s_per_row")
+    cache_key = tokenized.key(cfg, req.max_length if _packs(req) else None) if req.method == "sft" else None
+    if tokenized.cached(ctx.state.root, cache_key):
+        tokenize = (0.0, "none: an earlier job's tokenized data is cached for these inputs")
+    else:
+        tokenize = (per_row * report["rows"], f"measured on {report['samples_checked']} checked samples")
+    est = report["estimate"] = gates.check_deadline(ctx, work, rate, tokenize_s=tokenize[0], tokenize_source=tokenize[1],
+                                                    lr_schedule=cfg.lr_schedule)
+    if est["step_s"]:
+        cfg = cfg.model_copy(update={"estimate": {"step_s": est["step_s"], "source": rate.source}})
+    if rate.tokens_per_s is None and ctx.clock.deadline is not None:
+        warnings.append("no throughput known, so the end time is not checked: the job measures its own rate, "
+                        "times its schedule by it, and saves and stops by itself at the final reserve; `train "
+                        "dry-run --measure-steps 5` measures it first")
+    if est.get("note"):
+        warnings.append(est["note"])
     return cfg, report, warnings, probe
+
+
+def _packs(req: TrainRequest) -> bool:
+    """Whether the job will pack, as far as the tool can tell (the job decides for real)."""
+    return req.method == "sft" and (req.packing if req.packing is not None else hardware.cuda_likely())
 
 
 def _cuda() -> bool:
@@ -269,10 +289,33 @@ def launch(ctx: Context, cfg: TrainConfig, message: str, exclusive: bool = False
 def measure(ctx: Context, cfg: TrainConfig, steps: int, find_batch: bool = False) -> tuple[float | None, JobView]:
     """Run `steps` steps as a real job (no checkpoints) and return its measured tokens/s; with `find_batch`
     the job first searches the largest micro-batch that fits (its progress `batch` holds the plan)."""
-    probe = cfg.model_copy(update={"job": jobs.new_id("train"), "measure": True, "max_steps": steps,
-                                   "logging_steps": 1, "stop_at": None, "find_batch": find_batch})
-    probe = probe.model_copy(update={"output_dir": str(ctx.workdir / "checkpoints" / probe.job)})
-    view = launch(ctx, probe, f"throughput measurement ({steps} steps) for {cfg.method} of {cfg.model_path}")
+    view = measurement(ctx, cfg, {"max_steps": steps, "find_batch": find_batch},
+                       f"throughput measurement ({steps} steps) for {cfg.method} of {cfg.model_path}")
+    return view.progress.get("tokens_per_s"), view
+
+
+def probe_rates(ctx: Context, cfg: TrainConfig, req: TrainRequest) -> dict:
+    """`dry-run --lr-probe`: a job trains `lr_probe_steps` steps at each rate of `probe.FACTORS` times the
+    run's, from the same start on the same batches at a constant rate; its report (`aci.training.probe`)."""
+    from aci.training import probe
+
+    if cfg.method != "sft" or cfg.num_processes > 1:
+        raise ACIError("--lr-probe runs SFT on one process (one GPU); drop --method grpo or --num-gpus")
+    rates = [cfg.learning_rate * f for f in probe.FACTORS]
+    view = measurement(ctx, cfg, {"max_steps": req.lr_probe_steps, "lr_probe": rates, "lr_schedule": "constant",
+                                  "warmup_ratio": 0.0, "find_batch": False},
+                       f"learning-rate probe ({len(rates)} rates x {req.lr_probe_steps} steps) for {cfg.method} of "
+                       f"{cfg.model_path}")
+    return {"job": view.id, **view.progress.get("lr_probe", {})}
+
+
+def measurement(ctx: Context, cfg: TrainConfig, updates: dict, message: str) -> JobView:
+    """Run a measurement job (no checkpoints, no stop time, a log line per step) of `cfg` with `updates` and
+    wait for it; a measurement that fails is an error that carries its log."""
+    job = cfg.model_copy(update={"job": jobs.new_id("train"), "measure": True, "logging_steps": 1, "stop_at": None,
+                                 **updates})
+    job = job.model_copy(update={"output_dir": str(ctx.workdir / "checkpoints" / job.job)})
+    view = launch(ctx, job, message)
     end = time.monotonic() + MEASURE_TIMEOUT_S
     while view.status == "running" and time.monotonic() < end:
         time.sleep(1.0)
@@ -281,7 +324,7 @@ def measure(ctx: Context, cfg: TrainConfig, steps: int, find_batch: bool = False
         view = jobs.stop(ctx.state, view.id)
     if view.status != "succeeded":
         raise ACIError(f"the measurement job {view.id} {view.status}: {view.reason}\n{view.log_tail or ''}")
-    out = Path(probe.output_dir)
+    out = Path(job.output_dir)
     if out.is_dir() and not any(out.glob("checkpoint-*")):
         shutil.rmtree(out)  # the trainer creates its output folder even when it saves nothing
-    return view.progress.get("tokens_per_s"), view
+    return view

@@ -41,9 +41,9 @@ class TrainRequest(Schedule):
     template_kwargs: dict[str, Any] | None = Field(None, description='extra template variables, e.g. '
                                                                      '{"enable_thinking": false}')
     lora: bool = Field(False, description="train a LoRA adapter instead of all weights")
-    lora_r: int = Field(16, ge=1, le=1024)
-    lora_alpha: int = Field(32, ge=1)
-    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    lora_r: int = Field(16, ge=1, le=1024, description="LoRA rank: the width of each adapter's update")
+    lora_alpha: int = Field(32, ge=1, description="LoRA scale: the update is multiplied by alpha / r")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="dropout on the adapters' input while training")
     lora_targets: list[str] | None = Field(None, description=f'modules to adapt (default "{LORA_TARGETS}")')
     merge_lora: bool = Field(False, description="also save each LoRA checkpoint merged (<checkpoint>/merged/)")
     learning_rate: float | None = Field(None, gt=0, description=(
@@ -64,6 +64,10 @@ class TrainRequest(Schedule):
                                                                "(default: measured by earlier jobs)")
     measure_steps: int = Field(0, ge=0, le=100, description="dry-run: run this many steps as a job to measure "
                                                             "throughput (recorded for later estimates)")
+    lr_probe: bool = Field(False, description="dry-run: train lr_probe_steps steps at each of 5 learning rates "
+                                              "(0.1x to 10x the run's) from the same start on the same batches; "
+                                              "report each rate's held-out loss drop and the rate it suggests (sft)")
+    lr_probe_steps: int = Field(10, ge=1, le=200, description="dry-run --lr-probe: steps per rate")
     check_samples: int = Field(64, ge=1, le=5000, description="samples rendered and tokenized by the checks")
     find_batch: bool = Field(True, description="run the largest micro-batch that fits, as measured by `dry-run "
                                                "--measure-steps` (batch_size x grad_accum per step stays)")

@@ -11,15 +11,15 @@ from __future__ import annotations
 import dataclasses
 import gc
 import inspect
-import json
 import sys
+import time
 from pathlib import Path
 
 from aci import jobs, templates
 from aci.errors import ACIError
 from aci.state import iso
 from aci.training import config as config_mod
-from aci.training import data, hardware
+from aci.training import data, hardware, schedule, tokenized
 from aci.training.config import TrainConfig
 
 
@@ -83,16 +83,42 @@ def set_end_of_turn(model, tokenizer, token: str | None) -> None:
 
 
 def common_args(cfg: TrainConfig, cuda: bool, speed: hardware.Speed) -> dict:
+    """The settings SFT and GRPO share. `wsd` is not a transformers schedule: the trainer's scheduler is
+    replaced by the plan's (`aci.training.schedule.planned`), so the arguments name a constant one."""
     gc = speed.gradient_checkpointing
     return dict(
         output_dir=cfg.output_dir, num_train_epochs=cfg.epochs, max_steps=cfg.max_steps or -1,
-        learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler, warmup_ratio=cfg.warmup_ratio,
+        learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio,
+        lr_scheduler_type="constant" if cfg.lr_schedule == "wsd" else cfg.lr_schedule,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         gradient_checkpointing=gc, gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
         bf16=speed.bf16, use_cpu=not cuda, use_liger_kernel=speed.liger,
         save_strategy="no" if cfg.measure else "steps", save_steps=cfg.save_steps,
         save_only_model=True, logging_steps=cfg.logging_steps, report_to="none", seed=cfg.seed,
         deepspeed=cfg.deepspeed, disable_tqdm=True,
+    )
+
+
+def sft_args(cfg: TrainConfig, cuda: bool, speed: hardware.Speed):
+    """TRL's `SFTConfig` for the job: rows packed and collated here (aci.training.data) are used as they are."""
+    from trl import SFTConfig
+
+    packed = {}
+    if speed.packing:
+        packed = dict(dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
+                      include_num_input_tokens_seen="non_padding")
+    return make_args(SFTConfig, **common_args(cfg, cuda, speed), max_length=cfg.max_length, packing=False, **packed)
+
+
+def grpo_args(cfg: TrainConfig, cuda: bool, speed: hardware.Speed):
+    from trl import GRPOConfig
+
+    g = cfg.grpo
+    return make_args(
+        GRPOConfig, **common_args(cfg, cuda, speed), num_generations=g.num_generations,
+        max_completion_length=g.max_completion_length, temperature=g.temperature, beta=g.beta,
+        use_vllm=g.use_vllm, **(vllm_settings() if g.use_vllm else {}),
+        max_prompt_length=cfg.max_length,  # TRL 0.27 truncates prompts to this; 1.x has no such setting
     )
 
 
@@ -105,7 +131,29 @@ def lora_config(cfg: TrainConfig):
                       target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
 
 
-_ENCODED: dict[tuple, tuple] = {}
+def sft_data(cfg: TrainConfig, tokenizer, template, callback, content: bytes, pack_to: int | None):
+    """The SFT dataset: an earlier job's from the same inputs (`aci.training.tokenized`), else rendered and
+    tokenized now, then kept for the next job. Its progress says which, and how long it took."""
+    started = time.monotonic()
+    cache_key = tokenized.key(cfg, pack_to)
+    hit = tokenized.load(cfg.state, cache_key)
+    if hit:
+        dataset, report = hit
+        how = "cached by an earlier job"
+    else:
+        what = f"tokenizing {cfg.data_rows} samples with the evaluation's template"
+        encoded, stats = data.encode_samples(Path(cfg.data), tokenizer, template, max_length=cfg.max_length,
+                                             kwargs=cfg.template_kwargs, content=content,
+                                             progress=lambda n: callback.preparing(what, n, cfg.data_rows))
+        dataset, report = data.sft_dataset(encoded, pack_to=pack_to), stats.report()
+        how = "tokenized now, " + tokenized.save(cfg.state, cache_key, dataset, report)
+    took = round(time.monotonic() - started, 2)
+    startup = callback.progress.setdefault("startup", {})
+    if "tokenize_s" not in startup:  # the first build's (a batch search builds again, from the cache)
+        startup.update(tokenize_s=took, tokenized=how)
+    print(f"[aci] data: {report}" + (f", packed into {len(dataset)} rows" if pack_to else "") +
+          f" ({how}, {took} s)", flush=True)
+    return dataset
 
 
 def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, content: bytes):
@@ -117,51 +165,31 @@ def build_trainer(cfg: TrainConfig, tokenizer, template, callback, cuda: bool, c
     speed = hardware.decide(model, cuda=cuda, packing=cfg.packing, gradient_checkpointing=cfg.gradient_checkpointing,
                             method=cfg.method)
     print(f"[aci] speed: {speed.report()}", flush=True)
-    data_path = Path(cfg.data)
     if cfg.method == "sft":
-        from trl import SFTConfig, SFTTrainer
+        from trl import SFTTrainer
 
-        key = (cfg.data, cfg.max_length, json.dumps(cfg.template_kwargs, sort_keys=True))
-        if key not in _ENCODED:  # a measurement builds its trainer twice (before and after the batch search)
-            _ENCODED.clear()
-            what = f"tokenizing {cfg.data_rows} samples with the evaluation's template"
-            _ENCODED[key] = data.encode_samples(data_path, tokenizer, template, max_length=cfg.max_length,
-                                                kwargs=cfg.template_kwargs, content=content,
-                                                progress=lambda n: callback.preparing(what, n, cfg.data_rows))
-        encoded, stats = _ENCODED[key]
-        dataset = data.sft_dataset(encoded, pack_to=cfg.max_length if speed.packing else None)
-        print(f"[aci] data: {stats.report()}" + (f", packed into {len(dataset)} rows" if speed.packing else ""),
-              flush=True)
-        packed = {}
-        if speed.packing:  # rows packed and collated here (aci.training.data), used by TRL as they are
-            packed = dict(dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
-                          include_num_input_tokens_seen="non_padding")
-        args = make_args(SFTConfig, **common_args(cfg, cuda, speed), max_length=cfg.max_length, packing=False,
-                         **packed)
+        dataset = sft_data(cfg, tokenizer, template, callback, content, cfg.max_length if speed.packing else None)
         collator = data.PackedCollator(tokenizer.pad_token_id, flat=speed.packing_flat) if speed.packing else None
         callback.preparing("building the TRL trainer")
-        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                             data_collator=collator, peft_config=lora_config(cfg), callbacks=[callback])
+        trainer = schedule.planned(SFTTrainer, callback.plan)(
+            model=model, args=sft_args(cfg, cuda, speed), train_dataset=dataset, processing_class=tokenizer,
+            data_collator=collator, peft_config=lora_config(cfg), callbacks=[callback])
         return trainer, speed
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from aci.training.rewards import grader_reward
 
-    g = cfg.grpo
     callback.preparing(f"rendering the prompts of {cfg.data_rows} tasks")
-    rows, stats = data.grpo_prompts(data_path, tokenizer, template, kwargs=cfg.template_kwargs, content=content)
+    rows, stats = data.grpo_prompts(Path(cfg.data), tokenizer, template, kwargs=cfg.template_kwargs, content=content)
     print(f"[aci] prompts: {stats.report()}", flush=True)
-    args = make_args(
-        GRPOConfig, **common_args(cfg, cuda, speed), num_generations=g.num_generations,
-        max_completion_length=g.max_completion_length, temperature=g.temperature, beta=g.beta,
-        use_vllm=g.use_vllm, **(vllm_settings() if g.use_vllm else {}),
-        max_prompt_length=cfg.max_length,  # TRL 0.27 truncates prompts to this; 1.x has no such setting
-    )
-    reward = grader_reward(g.grader, workdir=Path(cfg.workdir), profile=cfg.profile, unsafe_grader=g.unsafe_grader)
+    reward = grader_reward(cfg.grpo.grader, workdir=Path(cfg.workdir), profile=cfg.profile,
+                          unsafe_grader=cfg.grpo.unsafe_grader)
+    args = grpo_args(cfg, cuda, speed)
     callback.preparing("building the TRL trainer")
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer, peft_config=lora_config(cfg), callbacks=[callback])
+    trainer = schedule.planned(GRPOTrainer, callback.plan)(
+        model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer, peft_config=lora_config(cfg), callbacks=[callback])
     return trainer, speed
 
 
@@ -194,15 +222,10 @@ def find_batch(cfg: TrainConfig, trainer, callback) -> TrainConfig:
                                   "gradient_checkpointing": plan.gradient_checkpointing})
 
 
-def main(argv: list[str]) -> int:
-    cfg = config_mod.load(argv[0])
-    jobs.write_progress({"phase": "preparing", "step": 0, "job": cfg.job,
-                         "preparing": {"what": "importing torch, transformers and TRL", "since": iso()}})
-    try:
-        content = data.pinned_content(Path(cfg.data), cfg.data_sha256, cfg.profile)
-    except ACIError as e:
-        print(f"[aci] refused: {e}", flush=True)
-        return 2
+def prepare(cfg: TrainConfig, launched: float):
+    """The job's trainer, with its callback (`JobCallback`), ready to train; `launched`: the monotonic time
+    the job's process began, for its time to step 1. Raises ACIError when the data is not the checked data."""
+    content = data.pinned_content(Path(cfg.data), cfg.data_sha256, cfg.profile)
     import datasets
     import torch
     import transformers
@@ -214,7 +237,7 @@ def main(argv: list[str]) -> int:
     transformers.utils.logging.disable_progress_bar()
     set_seed(cfg.seed)
     cuda = torch.cuda.is_available()
-    callback = JobCallback(cfg)
+    callback = JobCallback(cfg, launched)
     callback.preparing("loading the tokenizer and the evaluation's template")
     tokenizer = templates.load_tokenizer(cfg.model_path)
     if tokenizer.pad_token is None:
@@ -227,6 +250,7 @@ def main(argv: list[str]) -> int:
     if cfg.find_batch and cfg.gradient_checkpointing is None:
         cfg = cfg.model_copy(update={"gradient_checkpointing": False})  # the search turns it on if needed
     trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
+    callback.progress.setdefault("startup", {})["ready_s"] = round(time.monotonic() - launched, 2)
     if cfg.find_batch:
         cfg = find_batch(cfg, trainer, callback)
         if callback.progress["batch"]["searched"]:  # the model loads again, for a trainer built for the split
@@ -237,7 +261,25 @@ def main(argv: list[str]) -> int:
             trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
     callback.progress["speed"] = speed.report()
     set_end_of_turn(trainer.model, tokenizer, eot)
-    trainer.train()
+    return trainer, callback
+
+
+def main(argv: list[str]) -> int:
+    launched = time.monotonic()
+    cfg = config_mod.load(argv[0])
+    jobs.write_progress({"phase": "preparing", "step": 0, "job": cfg.job,
+                         "preparing": {"what": "importing torch, transformers and TRL", "since": iso()}})
+    try:
+        trainer, callback = prepare(cfg, launched)
+    except ACIError as e:
+        print(f"[aci] refused: {e}", flush=True)
+        return 2
+    if cfg.lr_probe:
+        from aci.training import probe
+
+        probe.run(trainer, cfg, callback)
+    else:
+        trainer.train()
     return 0
 
 

@@ -1,5 +1,6 @@
-"""What training jobs have done, read from state: their registered checkpoints, the latest job, and the
-learning-rate sense check of a job's first loss (`aci.training.chance`)."""
+"""What training jobs have done, read from state: their registered checkpoints, the latest job, the
+learning-rate sense check of a job's first loss (`aci.training.chance`), and a job's progress in words
+(what it prepares, its schedule's forecast, its time to step 1, a learning-rate probe's results)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from aci import jobs, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
-from aci.state import read_json
+from aci.state import now, parse_ts, read_json
 from aci.training import chance
 
 
@@ -54,3 +55,39 @@ def rate_advice(view: JobView) -> str | None:
     p = view.progress
     rate = (read_json(Path(view.folder) / "config.json") or {}).get("learning_rate")
     return chance.advice(p.get("first_loss"), p.get("vocab_size"), rate)
+
+
+def describe(p: dict) -> list[str]:
+    """A job's schedule forecast (rate now, planned end, whether the stop time cuts it) and its start."""
+    out = []
+    fc = p.get("schedule") or {}
+    if fc.get("note"):
+        rate = f"{fc['step_s']:.3g} s/step ({fc.get('step_s_source')})" if fc.get("step_s") else "rate unknown"
+        start = fc.get("start_estimate")
+        was = f"; the start estimated {start['step_s']:.3g} s/step ({start.get('source')})" if start else ""
+        out.append(f"  schedule {fc.get('kind')}: {fc['note']} [rate {rate}{was}]")
+    for e in p.get("schedule_events") or []:
+        out.append(f"  schedule change at step {e['step']} ({e['at']}): {e['what']}")
+    s = p.get("startup") or {}
+    if "to_first_step_s" in s:
+        out.append(f"  time to step 1: {s['to_first_step_s']} s (data: {s.get('tokenized')}, {s.get('tokenize_s')} s)")
+    return out
+
+
+def describe_probe(probe: dict | None) -> list[str]:
+    if not probe:
+        return []
+    out = [f"learning-rate probe (job {probe.get('job')}, {probe.get('seconds')} s, {probe.get('steps_per_rate')} "
+           f"steps per rate, {probe.get('held_out_rows')} held-out rows):"]
+    out += [f"  {r['learning_rate']:.3g}: held-out loss {r['loss_before']:.4f} -> {r['loss_after']:.4f} (drop "
+            f"{r['drop']:.4f}{', rose' if r.get('rose') else ''}; first loss {r['first_loss']}; {r['seconds']} s)"
+            for r in probe.get("results", [])]
+    out.append(f"  suggested: {probe.get('suggested')} ({probe.get('why')})")
+    return out
+
+
+def preparing(step: dict) -> str:
+    """'tokenizing 3000 samples ...: 1200/3000 (for 14 s)': what a job does before its first step."""
+    counts = f": {step['done']}/{step['total']}" if step.get("total") else ""
+    since = f" (for {(now() - parse_ts(step['since'])).total_seconds():.0f} s)" if step.get("since") else ""
+    return f"{step.get('what')}{counts}{since}"
