@@ -24,6 +24,7 @@ NOT_TRL = {
     "merge_lora": "aci saves each LoRA checkpoint merged as well (aci.training.callbacks)",
     "keep_checkpoints": "aci deletes old checkpoints itself, sparing a promoted one and one being evaluated",
     "grader": "the GRPO reward function aci builds (aci.training.rewards)",
+    "unsafe_grader": "the sandbox of that reward function's unit-tests grader (aci.graders.sandbox)",
     "num_gpus": "the processes `accelerate launch` starts (aci.training.prepare.command)",
     "tokens_per_s": "the start gate's estimate",
     "measure_steps": "a dry-run's measurement job",
