@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_a_second_start_is_cheap_and_the_estimate_names_its_measurement(tmp_path
     assert "schedule wsd: ends at step 4 by " in text and "the start estimated" in text
 
 
-def test_a_hub_model_in_the_local_cache_gets_its_checks_and_tokenized_data_reused(tmp_path, tiny_model):
+def test_a_hub_model_in_the_local_cache_gets_its_checks_and_tokenized_data_reused(tmp_path, tiny_model, monkeypatch):
     """PostTrainBench names the base model by its hub id, with the files in the hub cache: the check's key
     reads them there, so the start after the dry-run does not check again (a fresh CLI process each)."""
     import os
@@ -106,9 +107,11 @@ def test_a_hub_model_in_the_local_cache_gets_its_checks_and_tokenized_data_reuse
     shutil.copytree(tiny_model, snapshot)
     (tmp_path / "hub" / "models--aci--tiny" / "refs").mkdir()
     (tmp_path / "hub" / "models--aci--tiny" / "refs" / "main").write_text("0123abc")
-    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    env = {**os.environ}
     env.pop("ACI_STATE", None)
-    make_run(tmp_path, tiny_model, profile="default", contamination=None)
+    make_run(tmp_path, Path("aci/tiny"), profile="default", contamination=None)  # the card names the hub id
 
     def cli(*argv: str) -> dict:
         done = subprocess.run([sys.executable, "-m", "aci.cli", "--json", *argv], cwd=tmp_path, env=env,
@@ -116,7 +119,6 @@ def test_a_hub_model_in_the_local_cache_gets_its_checks_and_tokenized_data_reuse
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
-    cli("plan", "update", "--base-model", "aci/tiny")
     args = ["--data", "sft.jsonl", "--max-length", "64", "--check-samples", "16", "--max-steps", "2"]
     first, again = cli("train", "dry-run", *args), cli("train", "dry-run", *args)
     assert first["config"]["model_path"] == "aci/tiny"
