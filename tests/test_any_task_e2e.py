@@ -6,7 +6,11 @@ training job on the small embedded model, promotion, finalize.
 
 The items are short ledger entries whose answer is the code they file, in a few wordings; test and
 training items draw their codes from disjoint halves of the code space, so no training row holds a test
-item's code. A model small enough to train here in a minute learns them.
+item's code. A model small enough to train here in a minute learns them. The test set ends with a few
+word problems, each with its own names, things and places, so that a generated file can hold close
+variants of them: `gen.jsonl` plants copies of short items (too short for the n-gram score), a story
+with its name and a number changed, a story's numbers in another story, and template siblings that must
+pass.
 """
 
 from __future__ import annotations
@@ -46,12 +50,64 @@ def items(n: int, seed: int, half: int) -> list[dict]:
     return out
 
 
+STORY = ("{name} packed {a} boxes of {thing} at the {place} for the {event}, with {b} in each box, and gave {c} "
+         "boxes to {friend}. How many {thing} did {name} keep?")
+STORY_WORDS = {  # each story's own words: names, things, places, occasions
+    "name": ("Marisol", "Teodor", "Ottilie", "Casimir", "Imogen", "Leopold", "Rosalind", "Bertil"),
+    "thing": ("lanterns", "seashells", "quills", "thimbles", "teacups", "compasses", "spindles", "lockets"),
+    "place": ("harbour", "orchard", "quarry", "greenhouse", "lighthouse", "vineyard", "observatory", "tannery"),
+    "event": ("regatta", "harvest", "solstice", "carnival", "jubilee", "pageant", "tournament", "wedding"),
+    "friend": ("Sunniva", "Anselm", "Hedda", "Kwame", "Wilhelmina", "Tobias", "Ezra", "Priya"),
+}
+N_STORIES = len(STORY_WORDS["name"])
+
+
+def stories(seed: int) -> list[dict]:
+    """Word problems of one template, each with its own words and numbers (answer: b * (a - c))."""
+    import random
+
+    rng, out = random.Random(seed), []
+    for k in range(N_STORIES):
+        fill = {slot: words[k] for slot, words in STORY_WORDS.items()}
+        fill |= {"a": rng.randint(40, 97), "b": rng.randint(13, 39), "c": rng.randint(3, 12)}
+        out.append({"id": f"story-{k}", "question": STORY.format(**fill), "answer": str(fill["b"] * (fill["a"] - fill["c"])),
+                    "fill": fill})
+    return out
+
+
+def test_items() -> list[dict]:
+    return items(300, 7, 0) + [{k: v for k, v in s.items() if k != "fill"} for s in stories(9)]
+
+
+def planted() -> list[dict]:
+    """Generated rows: two copies of short items (one lower-cased), two close variants of stories, and 30
+    template siblings of the stories (other words and numbers) that must pass, in that order."""
+    import random
+
+    short, story = items(300, 7, 0)[:2], stories(9)
+    renamed = story[0]["fill"] | {"name": "Zebulon", "c": story[0]["fill"]["c"] + 1}
+    other = story[1]["fill"]
+    rows = [{"prompt": short[0]["question"], "completion": f"Total: {short[0]['answer']}"},
+            {"prompt": short[1]["question"].lower(), "completion": f"Total: {short[1]['answer']}"},
+            {"prompt": STORY.format(**renamed), "completion": "Total: 1"},
+            {"prompt": f"A ferry left with {other['a']} cars; {other['c']} drove off and each of the rest carried "
+                       f"{other['b']} people. How many people?", "completion": "Total: 1"}]
+    rng = random.Random(4)
+    for _ in range(30):
+        fill = {slot: rng.choice(("Corwin", "Ines", "spoons", "bricks", "station", "fair", "Dagny")) for slot in STORY_WORDS}
+        fill |= {"a": rng.randint(40, 97), "b": rng.randint(13, 39), "c": rng.randint(3, 12)}
+        rows.append({"prompt": STORY.format(**fill), "completion": "Total: 1"})
+    return rows
+
+
 def task_folder(workdir: Path) -> str:
-    """The user's folder: their script, 300 test items, a training set; returns the command as typed."""
+    """The user's folder: their script, 308 test items, a training set, a generated file with planted
+    variants; returns the command as typed."""
     from aci.embedded import build_model
 
     (workdir / "data").mkdir()
-    (workdir / "data" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items(300, 7, 0)))
+    (workdir / "data" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in test_items()))
+    (workdir / "gen.jsonl").write_text("".join(json.dumps(r) + "\n" for r in planted()))
     (workdir / "train.jsonl").write_text("".join(json.dumps({"messages": [
         {"role": "user", "content": t["question"]}, {"role": "assistant", "content": f"Total: {t['answer']}"}]})
         + "\n" for t in items(2000, 8, 1)))
@@ -79,8 +135,9 @@ async def run(workdir: Path, typed: str) -> dict:
         seen["base"] = await call("eval-checkpoint", action="evaluate", checkpoint="base", limit=64)
         seen["t"]["baseline"] = time.monotonic() - t0
         seen["contamination"] = await call("contamination", path="train.jsonl", reference="data/test.jsonl")
+        seen["planted"] = await call("contamination", path="gen.jsonl")  # the reference plan init pinned
         train = dict(data="train.jsonl", learning_rate=1e-3, batch_size=16, grad_accum=1, max_steps=STEPS,
-                     save_steps=STEPS, warmup_ratio=0.05, lr_scheduler="linear", logging_steps=25, max_length=96)
+                     save_steps=STEPS, warmup_ratio=0.05, lr_schedule="linear", logging_steps=25, max_length=96)
         job = (await call("train", action="start", **train))["job"]["id"]
         while (j := (await call("train", action="status", job=job))["job"])["status"] == "running":
             await asyncio.sleep(2)
@@ -119,12 +176,25 @@ def test_the_baseline_scores_what_the_limit_asked_and_says_so(seen):
     e = s["base"]["result"]
     assert (e["limit"], e["samples"], e["metric"]) == (64, 64, "results.ledger.exact_match")
     every = s["all"]["result"]
-    assert (every["limit"], every["samples"]) == (-1, 300)  # `--n 0`: the script's every item
+    assert (every["limit"], every["samples"]) == (-1, 300 + N_STORIES)  # `--n 0`: the script's every item
 
 
 def test_training_data_passes_contamination(seen):
     _, s = seen
     assert s["contamination"]["verdict"] == "pass", s["contamination"]
+    assert s["contamination"]["coverage"] == {"judge": N_STORIES, "short": 300, "close": 300 + N_STORIES,
+                                              "unchecked": 0}
+
+
+def test_planted_short_copies_fail_and_close_variants_are_named(seen):
+    _, s = seen
+    p = s["planted"]
+    assert p["reference"].endswith("data/test.jsonl") and p["verdict"] == "fail", p
+    copies = {r["line"]: (r["label"], r["matches"][0]["reference"]) for r in p["contaminated"]}
+    assert copies == {1: ("short", "test-0"), 2: ("short", "test-1")}
+    close = {r["line"]: r["matches"][0]["reference"] for r in p["close_rows"]}
+    assert close == {3: "story-0", 4: "story-1"}  # the siblings on lines 5-34 pass
+    assert not p["close_counted"] and p["counted"] == 2  # the default profile reports close rows
 
 
 def test_promotion_keeps_the_trained_tokenizer_and_lists_its_files(seen):
