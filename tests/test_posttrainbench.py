@@ -116,6 +116,13 @@ def test_each_agent_starts_as_the_harness_starts_it_and_finds_the_tools(agent, t
     assert rec["status"]["state"]["has_run_card"] and rec["skill"].startswith("---")
     assert "the MCP server answers with 10 tools" in run.log
 
+    # The harness's test items and decontamination tool beside the task: the reference is pinned without
+    # being named, and under the strict profile the provided tool's verdict stands beside ours.
+    contamination = rec["contamination"]
+    assert contamination["reference"] == str(run.home / "test_data.json")
+    assert contamination["verdict"] == "fail" and contamination["lines"] == [1]
+    assert contamination["shared_tool"]["verdict"] == "fail" and contamination["shared_tool"]["lines"] == [1]
+
     # Afterwards: the container's ML stack untouched, no instructions left for the judges, state/ kept with
     # a last journal entry that says how the run ended, the harness's files in HOME as they were.
     assert stack_versions(sys.executable) == before
