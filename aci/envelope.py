@@ -41,7 +41,7 @@ def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str
     gate_map = gate_map or gates(ctx)
     if clk.in_reserve():
         out.append("Final reserve: final_model passed finalize; the run is complete." if gate_map["finalized"].passed
-                   else "Final reserve: start no training; promote only from finished evaluations and run aci finalize.")
+                   else ctx.rules.guide(None, has_card=True, in_reserve=True).next[0])  # rules.yaml's words
     else:
         work = clk.left_for_work()
         if work is not None and work.total_seconds() < 3600:
