@@ -248,16 +248,7 @@ def install(workdir: Path, tag: str, build: Callable[[Path], dict], record: dict
     if why:
         return _install_in_place(workdir, tag, build, record, why, notes)
     tmp = workdir / f"{FINAL}.tmp-{tag}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        info = build(tmp)
-        m = seal(tmp, {**record, **info, "built_at": f"{time.time():.6f}"})
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if disk.is_full_error(e):
-            raise disk.full_error(e, workdir, f"building the new {FINAL} (the old one is unchanged)") from None
-        raise
+    m = _build_sealed(tmp, build, record, workdir)
     try:
         _swap_names(workdir, final, tmp, tag, notes)
     except OSError as e:  # final_model cannot be renamed after all (a mount `pinned` did not see)
@@ -266,6 +257,21 @@ def install(workdir: Path, tag: str, build: Callable[[Path], dict], record: dict
         return _install_in_place(workdir, tag, build, record, f"renaming {FINAL} failed: {e.strerror}", notes,
                                  built=tmp)
     return m, notes
+
+
+def _build_sealed(folder: Path, build: Callable[[Path], dict], record: dict, workdir: Path) -> dict:
+    """Build the new model into the fresh `folder` and seal it; on any failure the folder is gone and the
+    old final_model untouched (a full disk is named as such). Returns the marker."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    try:
+        info = build(folder)
+        return seal(folder, {**record, **info, "built_at": f"{time.time():.6f}"})
+    except BaseException as e:
+        shutil.rmtree(folder, ignore_errors=True)
+        if disk.is_full_error(e):
+            raise disk.full_error(e, workdir, f"building the new {FINAL} (the old one is unchanged)") from None
+        raise
 
 
 def _swap_names(workdir: Path, final: Path, tmp: Path, tag: str, notes: list[str]) -> None:
@@ -311,15 +317,7 @@ def _install_in_place(workdir: Path, tag: str, build: Callable[[Path], dict], re
         fsync_tree(staging)
         m = marker(staging) or {}
     else:
-        staging.mkdir()
-        try:
-            info = build(staging)
-            m = seal(staging, {**record, **info, "built_at": f"{time.time():.6f}"})
-        except BaseException as e:
-            shutil.rmtree(staging, ignore_errors=True)
-            if disk.is_full_error(e):
-                raise disk.full_error(e, workdir, f"building the new {FINAL} (the old one is unchanged)") from None
-            raise
+        m = _build_sealed(staging, build, record, workdir)
     _finish_in_place(final, staging, final / f"{PREV}{tag}")
     notes.append(f"swapped the contents of {FINAL}, not the folder ({why})")
     return m, notes
