@@ -106,7 +106,8 @@ def search(total: int, probe: Callable[[int, bool], Trial], gradient_checkpointi
         if best is not None:
             timed = next(t for t in reversed(trials) if t.micro_batch == best and t.gradient_checkpointing == gc_on)
             return Plan(best, total // best, gc_on, timed.tokens_per_s, trials)
-    raise DoesNotFit(f"one row of the longest data does not fit in memory even with gradient checkpointing "
+    tried = "even with" if True in options else "without (it was turned off)"
+    raise DoesNotFit(f"one row of the longest data does not fit in memory {tried} gradient checkpointing "
                      f"(trials: {[asdict(t) for t in trials]}): train LoRA, shorten --max-length, or shard with "
                      f"--deepspeed zero3 over several GPUs")
 
