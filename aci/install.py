@@ -32,7 +32,7 @@ from pathlib import Path
 
 from aci import bundle
 from aci.errors import ACIError
-from aci.state import atomic_write_bytes
+from aci.state import STATE_ENV, atomic_write_bytes
 
 SERVER = "posttrain-aci"
 ENTRY_SKILL = "posttrain"
@@ -61,7 +61,7 @@ is met: `status` names the next goal.
 def server_command(workdir: Path, state: str | None) -> tuple[str, list[str], dict[str, str]]:
     """The command an agent runs to start our MCP server: this interpreter, so the right venv is used."""
     args = ["-m", "aci.cli", "--workdir", str(workdir), "serve"]
-    env = {"ACI_STATE": str(Path(state).resolve())} if state else {}
+    env = {STATE_ENV: str(Path(state).resolve())} if state else {}
     return sys.executable, args, env
 
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 from aci import records
 from aci.errors import ACIError
 from aci.processes import alive, carrying, signal_group, start_time
-from aci.state import State, atomic_write_json, iso, now, read_json
+from aci.state import STATE_ENV, State, atomic_write_json, iso, now, read_json
 
 STOP_GRACE_S = 20.0
 # Seconds between SIGTERM and SIGKILL at a job's stop time: a training job saves a last checkpoint then.
@@ -108,7 +108,7 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
         dumped = record.model_dump(mode="json") | {"grace_s": grace, "stop_at": iso(stop_at) if stop_at else None}
         w.write_json(f"{rel}/job.json", dumped | {"cwd": str(cwd)})
         log = open(folder / "log", "ab")
-        full_env = {**os.environ, **(env or {}), JOB_DIR_ENV: str(folder), "ACI_STATE": str(state.root),
+        full_env = {**os.environ, **(env or {}), JOB_DIR_ENV: str(folder), STATE_ENV: str(state.root),
                     "PYTHONUNBUFFERED": "1"}
         sup = subprocess.Popen(
             [sys.executable, "-m", "aci.supervisor", str(folder)],

@@ -187,6 +187,8 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
+    from aci.state import STATE_ENV
+
     cuda = torch.cuda.is_available()
     if not cuda and not args.cpu_smoke:
         print("no CUDA device: bench/gpu_train.py measures GPU training and runs only where CUDA is present")
@@ -196,7 +198,7 @@ def main() -> int:
          "logging_steps": 2 if cuda else 1, "aci_args": [] if cuda else ["--batch-size=2", "--grad-accum=2"]}
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                       TOKENIZERS_PARALLELISM="false")
-    os.environ.pop("ACI_STATE", None)
+    os.environ.pop(STATE_ENV, None)
     peak_flops, device = peak(args, cuda)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

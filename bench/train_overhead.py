@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from aci.processes import alive  # a zombie is not alive: through MCP the supervisor is the server's child
+from aci.state import STATE_ENV
 from aci.training.request import TrainRequest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +153,7 @@ def demo_run():
     """A temporary working directory with the demo model, the samples and a run card (default rules),
     offline; removed afterwards."""
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    os.environ.pop("ACI_STATE", None)
+    os.environ.pop(STATE_ENV, None)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         from aci.embedded import build_model

@@ -96,7 +96,7 @@ def _run(ctx: Context, cfg: dict, folder: Path) -> dict:
 
 
 def main() -> int:
-    folder = Path(os.environ["ACI_JOB_DIR"])
+    folder = Path(os.environ[jobs.JOB_DIR_ENV])
     cfg = json.loads((folder / "config.json").read_text())
     ctx = Context(workdir=cfg["workdir"])  # the state folder: $ACI_STATE, which aci.jobs sets
     signal.signal(signal.SIGTERM, _stopped)
