@@ -44,6 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from aci import jobfiles
 from aci.processes import alive  # a zombie is not alive: through MCP the supervisor is the server's child
 from aci.state import STATE_ENV
 from aci.training.request import TrainRequest
@@ -110,11 +111,11 @@ def run_aci(work: Path, steps: int) -> tuple[float, float]:
 
 
 def _until_job_ends(work: Path, job: str, t0: float, cli_cpu: float) -> tuple[float, float]:
-    exit_file = work / "state" / "jobs" / job / "exit.json"
+    exit_file = work / "state" / "jobs" / job / jobfiles.EXIT
     while not exit_file.exists():
         time.sleep(0.02)
     wall = time.perf_counter() - t0
-    supervisor = json.loads((exit_file.parent / "job.json").read_text())["supervisor_pid"]
+    supervisor = json.loads((exit_file.parent / jobfiles.JOB).read_text())["supervisor_pid"]
     while alive(supervisor):  # it commits the job's end after exit.json: nothing writes to state after this
         time.sleep(0.02)
     ex = json.loads(exit_file.read_text())
