@@ -5,3 +5,4 @@ imported inside the functions that need them, so the MCP server and the CLI star
 """
 
 __version__ = "0.1.0"
+DISTRIBUTION = "posttrain-aci"  # the package's name in pyproject.toml: what pip installs and reports the version of

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import click
 
+from aci import DISTRIBUTION
 from aci.errors import ACIError
 from aci.state import STATE_ENV
 
@@ -142,7 +143,7 @@ class _Group(click.Group):
 @click.option("--state", envvar=STATE_ENV, default=None, help="state folder (default: ./state)")
 @click.option("--workdir", default=None, help="working directory of the run (default: current directory)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-@click.version_option(package_name="posttrain-aci", prog_name="aci")
+@click.version_option(package_name=DISTRIBUTION, prog_name="aci")
 @click.pass_context
 def cli(ctx: click.Context, state: str | None, workdir: str | None, as_json: bool) -> None:
     """Post-training tools with a clock and rules (the same tools the MCP server serves)."""

@@ -43,7 +43,7 @@ def install(cctx: click.Context, agent: str, target: str, global_: bool, remove:
 
     obj = cctx.find_root().obj
     if remove:
-        paths, verb = inst.remove(agent, target, global_config=global_), "removed posttrain-aci from"
+        paths, verb = inst.remove(agent, target, global_config=global_), f"removed {inst.SERVER} from"
     else:
         paths, verb = inst.install(agent, target, global_config=global_, state=obj["state"]), "wrote"
     if obj["json"]:

@@ -24,6 +24,7 @@ from typing import Any
 import click
 
 from aci import toybench
+from aci.state import STATE_ENV
 
 MARKER = ".aci-demo"
 SUMMARY = "demo-summary.json"
@@ -89,7 +90,7 @@ class Agent:
 
 
 def server_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "ACI_STATE"}
+    env = {k: v for k, v in os.environ.items() if k != STATE_ENV}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                HF_HUB_DISABLE_PROGRESS_BARS="1", TRANSFORMERS_VERBOSITY="error")
     # One BLAS thread per process: on two cores shared with anything else, more threads spin against each

@@ -30,14 +30,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from aci import bundle
+from aci import DISTRIBUTION, bundle
 from aci.errors import ACIError
-from aci.state import atomic_write_bytes
+from aci.state import STATE_ENV, atomic_write_bytes
 
-SERVER = "posttrain-aci"
+SERVER = DISTRIBUTION  # the MCP server is named for the package; agents list its tools under this name
 ENTRY_SKILL = "posttrain"
 AGENTS = ("claude-code", "codex", "opencode")
-BEGIN, END = "<!-- posttrain-aci:begin -->", "<!-- posttrain-aci:end -->"
+BEGIN, END = f"<!-- {SERVER}:begin -->", f"<!-- {SERVER}:end -->"
 _LINK = re.compile(r"(\]\()([^)#\s]+)(#[^)\s]*)?(\))")
 # Codex starts an MCP server with a bare environment (PATH, HOME, SHELL, LANG, TERM) plus these, by name:
 # the model cache, the GPU libraries and the harness's settings the training jobs need.
@@ -48,9 +48,9 @@ CODEX_STARTUP_TIMEOUT_S = 60  # the default 10 s is tight for a first start on a
 # `required`: Codex (0.171) starts the first turn before an optional server is up, without its tools.
 
 POINTER = """{begin}
-## Post-training with posttrain-aci
+## Post-training with {server}
 Read `{entry}` first and follow it: it holds the workflow, the rules that zero a run, and the tools.
-The `posttrain-aci` MCP server provides the tools; the command {aci} runs the same tools.
+The `{server}` MCP server provides the tools; the command {aci} runs the same tools.
 Start every session with the `status` tool (or `{aci_cmd} status`): it says how much time is left,
 the best model so far and what to do next. Never stop before the final reserve, even once a target
 is met: `status` names the next goal.
@@ -61,7 +61,7 @@ is met: `status` names the next goal.
 def server_command(workdir: Path, state: str | None) -> tuple[str, list[str], dict[str, str]]:
     """The command an agent runs to start our MCP server: this interpreter, so the right venv is used."""
     args = ["-m", "aci.cli", "--workdir", str(workdir), "serve"]
-    env = {"ACI_STATE": str(Path(state).resolve())} if state else {}
+    env = {STATE_ENV: str(Path(state).resolve())} if state else {}
     return sys.executable, args, env
 
 
@@ -309,7 +309,7 @@ def _toml_str(s: str) -> str:
 
 
 def _without_codex_block(path: Path, text: str) -> str:
-    """The config text without our `[mcp_servers.posttrain-aci]` table (and its sub-tables)."""
+    """The config text without our `[mcp_servers.<SERVER>]` table (and its sub-tables)."""
     _parse_toml(path, text)
     kept, skipping = [], False
     for line in text.splitlines():
@@ -323,7 +323,7 @@ def _without_codex_block(path: Path, text: str) -> str:
 
 
 def _codex_mcp(path: Path, wd: Path, state: str | None) -> Path:
-    """Replace our `[mcp_servers.posttrain-aci]` table in place; keep everything else."""
+    """Replace our `[mcp_servers.<SERVER>]` table in place; keep everything else."""
     cmd, args, env = server_command(wd, state)
     block = [f"[mcp_servers.{SERVER}]", f"command = {_toml_str(cmd)}",
              "args = [" + ", ".join(_toml_str(a) for a in args) + "]",
@@ -369,7 +369,7 @@ def _parse_toml(path: Path, text: str) -> dict:
 def _pointer(path: Path, wd: Path) -> Path:
     aci = aci_command()
     shown = f"`{aci}` (`aci` in the skills)" if aci != "aci" else "`aci`"
-    block = POINTER.format(begin=BEGIN, end=END, entry=os.path.relpath(wd / ".aci" / "SKILL.md", path.parent),
+    block = POINTER.format(begin=BEGIN, end=END, server=SERVER, entry=os.path.relpath(wd / ".aci" / "SKILL.md", path.parent),
                            aci=shown, aci_cmd=aci)
     text = path.read_text() if path.exists() else ""
     if BEGIN in text and END in text:

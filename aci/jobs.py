@@ -13,8 +13,8 @@ of its process group is killed when the job is next looked at, and a command tha
 anyway is held to its stop time by `view()`. Processes are recognised by pid *and* start time, so a recycled pid never makes
 a dead job look alive.
 
-Folder `jobs/<id>/`: `job.json` (command, config, pids), `config.json` (the resolved config the job
-reads), `log`, `progress.json`, `exit.json`, and `stop` (present once a stop was requested).
+Folder `jobs/<id>/`: `job.json` (command, config, pids), `config.json` (the resolved config the job reads),
+`log`, `progress.json`, `exit.json`, and `stop` (present once a stop was requested); `aci.jobfiles` names them.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from aci import records
+from aci import jobfiles, records
 from aci.errors import ACIError
 from aci.processes import alive, carrying, signal_group, start_time
-from aci.state import State, atomic_write_json, iso, now, read_json
+from aci.state import STATE_ENV, State, atomic_write_json, iso, now, read_json
 
 STOP_GRACE_S = 20.0
 # Seconds between SIGTERM and SIGKILL at a job's stop time: a training job saves a last checkpoint then.
@@ -103,12 +103,12 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
             raise ACIError(busy)
         folder.mkdir(parents=True)
         _reserve_exit_record(folder)
-        w.write_json(f"{rel}/config.json", config)
+        w.write_json(f"{rel}/{jobfiles.CONFIG}", config)
         record = records.JobRecord(id=job_id, kind=kind, command=command, started_at=iso(), config=config)
         dumped = record.model_dump(mode="json") | {"grace_s": grace, "stop_at": iso(stop_at) if stop_at else None}
-        w.write_json(f"{rel}/job.json", dumped | {"cwd": str(cwd)})
-        log = open(folder / "log", "ab")
-        full_env = {**os.environ, **(env or {}), JOB_DIR_ENV: str(folder), "ACI_STATE": str(state.root),
+        w.write_json(f"{rel}/{jobfiles.JOB}", dumped | {"cwd": str(cwd)})
+        log = open(folder / jobfiles.LOG, "ab")
+        full_env = {**os.environ, **(env or {}), JOB_DIR_ENV: str(folder), STATE_ENV: str(state.root),
                     "PYTHONUNBUFFERED": "1"}
         sup = subprocess.Popen(
             [sys.executable, "-m", "aci.supervisor", str(folder)],
@@ -116,21 +116,17 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
             start_new_session=True, env=full_env,
         )
         log.close()
-        w.write_json(f"{rel}/job.json", dumped | {
+        w.write_json(f"{rel}/{jobfiles.JOB}", dumped | {
             "cwd": str(cwd), "supervisor_pid": sup.pid, "supervisor_start": start_time(sup.pid)})
     return view(state, job_id)
 
 
-EXIT_RESERVE = "exit.reserve"  # bytes set aside at launch for exit.json, so a full disk cannot keep it unwritten
-END_PENDING = "end.pending"  # present until the job's end event is committed to state (see `reap`)
-
-
 def _reserve_exit_record(folder: Path) -> None:
-    with open(folder / EXIT_RESERVE, "wb") as f:
+    with open(folder / jobfiles.EXIT_RESERVE, "wb") as f:
         f.write(b" " * 4096)
         f.flush()
         os.fsync(f.fileno())
-    (folder / END_PENDING).touch()
+    (folder / jobfiles.END_PENDING).touch()
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -144,11 +140,11 @@ def tail(path: Path, lines: int = 30) -> str:
 
 def view(state: State, job_id: str) -> JobView:
     folder = job_dir(state, job_id)
-    job = read_json(folder / "job.json")
+    job = read_json(folder / jobfiles.JOB)
     if job is None:
         raise ACIError(f"no job {job_id!r} in {state.root / records.JOBS}")
-    ex = read_json(folder / "exit.json")
-    progress = read_json(folder / "progress.json") or {}
+    ex = read_json(folder / jobfiles.EXIT)
+    progress = read_json(folder / jobfiles.PROGRESS) or {}
     if ex:
         status, ended, reason = ex["status"], ex["ended_at"], ex.get("reason")
     elif _running(job):
@@ -158,7 +154,7 @@ def view(state: State, job_id: str) -> JobView:
     return JobView(
         id=job_id, kind=job["kind"], status=status, started_at=job["started_at"], ended_at=ended,
         pid=job.get("pid"), progress=progress, reason=reason, folder=str(folder),
-        log_tail=tail(folder / "log") if status == "failed" else None,
+        log_tail=tail(folder / jobfiles.LOG) if status == "failed" else None,
     )
 
 
@@ -185,8 +181,8 @@ def _hold_unwatched(folder: Path, job: dict) -> str | None:
     stop_at, grace = parse_ts(job["stop_at"]), float(job.get("grace_s") or DEFAULT_DEADLINE_GRACE_S)
     if now() < stop_at:
         return f"its supervisor is gone; aci stops it at its stop time {job['stop_at']}"
-    if not (folder / "stop").exists():
-        atomic_write_json(folder / "stop", {"requested_at": iso(), "reason": (
+    if not (folder / jobfiles.STOP).exists():
+        atomic_write_json(folder / jobfiles.STOP, {"requested_at": iso(), "reason": (
             f"reached its stop time {job['stop_at']} after its supervisor was gone (SIGTERM, SIGKILL after "
             f"{grace:g} s)")})
     signal_group(job["pid"], signal.SIGKILL if (now() - stop_at).total_seconds() >= grace else signal.SIGTERM)
@@ -201,7 +197,7 @@ def _unrecorded_end(folder: Path, job: dict, progress: dict) -> tuple[str, str]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    stop = read_json(folder / "stop") if (folder / "stop").exists() else None
+    stop = read_json(folder / jobfiles.STOP) if (folder / jobfiles.STOP).exists() else None
     if stop is not None:
         return "stopped", f"{stop.get('reason') or 'stop requested'}; no exit status (its supervisor was gone)"
     return "failed", _vanished(progress)
@@ -221,30 +217,30 @@ def reap(state: State) -> list[str]:
     root = state.root / records.JOBS
     reaped = []
     for d in sorted(root.iterdir()) if root.is_dir() else []:
-        job = read_json(d / "job.json") if (d / "job.json").exists() else None
-        if job is not None and (d / "exit.json").exists() and (d / END_PENDING).exists() and not _running(job):
+        job = read_json(d / jobfiles.JOB) if (d / jobfiles.JOB).exists() else None
+        if job is not None and (d / jobfiles.EXIT).exists() and (d / jobfiles.END_PENDING).exists() and not _running(job):
             try:
-                record_end(state, d, job, read_json(d / "exit.json"), late=True)
+                record_end(state, d, job, read_json(d / jobfiles.EXIT), late=True)
             except ACIError:  # still no space: exit.json says how it ended; the event waits for the next look
                 continue
             reaped.append(job["id"])
             continue
-        if job is None or (d / "exit.json").exists() or _running(job):
+        if job is None or (d / jobfiles.EXIT).exists() or _running(job):
             continue
-        status, reason = _unrecorded_end(d, job, read_json(d / "progress.json") or {})
+        status, reason = _unrecorded_end(d, job, read_json(d / jobfiles.PROGRESS) or {})
         try:
             with state.event(job["kind"], f"job {job['id']} {status}: its supervisor vanished", tool=job["kind"],
                              data={"job": job["id"]}) as w:
-                if (d / "exit.json").exists():  # the supervisor finished after all: log nothing
+                if (d / jobfiles.EXIT).exists():  # the supervisor finished after all: log nothing
                     raise _AlreadyEnded
-                w.write_json(f"{records.JOBS}/{job['id']}/exit.json", exit_record(None, status, reason))
-                for name in ("job.json", "stop"):  # job.json: with the pid its supervisor recorded
+                w.write_json(f"{records.JOBS}/{job['id']}/{jobfiles.EXIT}", exit_record(None, status, reason))
+                for name in (jobfiles.JOB, jobfiles.STOP):  # job.json: with the pid its supervisor recorded
                     if (d / name).exists():
                         w.track(f"{records.JOBS}/{job['id']}/{name}")
         except _AlreadyEnded:
             continue
-        (d / END_PENDING).unlink(missing_ok=True)
-        (d / EXIT_RESERVE).unlink(missing_ok=True)
+        (d / jobfiles.END_PENDING).unlink(missing_ok=True)
+        (d / jobfiles.EXIT_RESERVE).unlink(missing_ok=True)
         reaped.append(job["id"])
     return reaped
 
@@ -253,7 +249,7 @@ def wait(state: State, job_id: str, poll_s: float = 0.1) -> JobView:
     """Block until the job has ended and its supervisor has recorded it (the end event committed)."""
     while True:
         v = view(state, job_id)
-        job = read_json(job_dir(state, job_id) / "job.json")
+        job = read_json(job_dir(state, job_id) / jobfiles.JOB)
         if v.status != "running" and not alive(job.get("supervisor_pid"), job.get("supervisor_start")):
             return v
         time.sleep(poll_s)
@@ -265,7 +261,7 @@ def list_jobs(state: State, kind: str | None = None) -> list[JobView]:
         return []
     out = []
     for d in sorted(root.iterdir()):
-        if (d / "job.json").exists():
+        if (d / jobfiles.JOB).exists():
             v = view(state, d.name)
             if kind is None or v.kind == kind:
                 out.append(v)
@@ -300,8 +296,8 @@ def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:
         return v
     folder = job_dir(state, job_id)
     with state.event(v.kind, f"stop requested for job {job_id}", tool=v.kind, data={"job": job_id}) as w:
-        w.write_json(f"{records.JOBS}/{job_id}/stop", {"requested_at": iso()})
-    job = read_json(folder / "job.json")
+        w.write_json(f"{records.JOBS}/{job_id}/{jobfiles.STOP}", {"requested_at": iso()})
+    job = read_json(folder / jobfiles.JOB)
     pid, started = job.get("pid"), job.get("pid_start")
     forwarded = pid is None  # not recorded (a full disk at launch): the supervisor forwards SIGTERM to the job
     if forwarded:
@@ -313,7 +309,7 @@ def stop(state: State, job_id: str, grace_s: float = STOP_GRACE_S) -> JobView:
     if alive(pid, started) and not forwarded:
         signal_group(pid, signal.SIGKILL)
     end = time.monotonic() + 10
-    while time.monotonic() < end and not (folder / "exit.json").exists() and \
+    while time.monotonic() < end and not (folder / jobfiles.EXIT).exists() and \
             alive(job.get("supervisor_pid"), job.get("supervisor_start")):
         time.sleep(0.1)
     return view(state, job_id)
@@ -324,7 +320,7 @@ def write_progress(fields: dict[str, Any], folder: str | Path | None = None) -> 
     folder = folder or os.environ.get(JOB_DIR_ENV)
     if not folder:  # not inside a job (a trainer built in-process): nowhere to report
         return
-    atomic_write_json(Path(folder) / "progress.json", {**fields, "updated_at": iso()})
+    atomic_write_json(Path(folder) / jobfiles.PROGRESS, {**fields, "updated_at": iso()})
 
 
 def exit_record(rc: int | None, status: str, reason: str | None, **usage) -> dict:
@@ -337,7 +333,7 @@ def record_end(state: State, folder: Path, job: dict, ex: dict, late: bool = Fal
     note = " (recorded late: the first commit failed)" if late else ""
     with state.event(job["kind"], f"job {job['id']} {ex['status']}{note}", tool=job["kind"],
                      data={"job": job["id"], "returncode": ex.get("returncode")}) as w:
-        for name in ("exit.json", "job.json", "stop"):  # job.json: with the pid recorded at launch
+        for name in (jobfiles.EXIT, jobfiles.JOB, jobfiles.STOP):  # job.json: with the pid recorded at launch
             if (folder / name).exists():
                 w.track(f"{records.JOBS}/{job['id']}/{name}")
-    (folder / END_PENDING).unlink(missing_ok=True)
+    (folder / jobfiles.END_PENDING).unlink(missing_ok=True)

@@ -46,9 +46,10 @@ def build(state: str | None = None, workdir: str | None = None):
     from mcp.server import MCPServer
 
     from aci import registry
+    from aci.install import SERVER
 
     tools = [_tool(t, state, workdir) for t in registry.tools().values()]
-    server = MCPServer(name="posttrain-aci", version=__version__, instructions=INSTRUCTIONS, tools=tools)
+    server = MCPServer(name=SERVER, version=__version__, instructions=INSTRUCTIONS, tools=tools)
     _add_markdown(server)
     return server
 

@@ -21,12 +21,13 @@ import sys
 import threading
 from pathlib import Path
 
+from aci import jobfiles
 from aci.processes import dies_with_parent, signal_group, start_time
 
 
 def main() -> int:
     folder = Path(sys.argv[1])
-    command = json.loads((folder / "job.json").read_text())["command"]
+    command = json.loads((folder / jobfiles.JOB).read_text())["command"]
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True,
                              preexec_fn=dies_with_parent())
     signal.signal(signal.SIGTERM, lambda *_: signal_group(child.pid, signal.SIGTERM))
@@ -42,11 +43,11 @@ def supervise(folder: Path, child: subprocess.Popen) -> int:
     from aci import disk, jobs
     from aci.state import State, atomic_write_json, read_json
 
-    job = read_json(folder / "job.json")
+    job = read_json(folder / jobfiles.JOB)
     state = State(folder.parent.parent)
     try:
         with state.locked():
-            atomic_write_json(folder / "job.json", {**read_json(folder / "job.json"), "pid": child.pid,
+            atomic_write_json(folder / jobfiles.JOB, {**read_json(folder / jobfiles.JOB), "pid": child.pid,
                                                     "pid_start": start_time(child.pid)})
     except OSError as e:  # a full disk: `jobs.stop` then signals this supervisor, which forwards to the job
         _say(f"[aci] could not record the job's pid ({e.strerror})")
@@ -60,7 +61,7 @@ def supervise(folder: Path, child: subprocess.Popen) -> int:
     rc = child.returncode = os.waitstatus_to_exitcode(raw)
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime + own.ru_utime + own.ru_stime
-    stop = read_json(folder / "stop") if (folder / "stop").exists() else None
+    stop = read_json(folder / jobfiles.STOP) if (folder / jobfiles.STOP).exists() else None
     if stop is not None:
         status, reason = "stopped", stop.get("reason") or "stop requested"
     elif rc == 0:
@@ -72,7 +73,7 @@ def supervise(folder: Path, child: subprocess.Popen) -> int:
     if rc == -signal.SIGKILL and status == "failed":
         reason += f" (the out-of-memory killer sends it too; peak memory {usage.ru_maxrss / 1024:.0f} MB)"
     if status == "failed":
-        last = [ln for ln in jobs.tail(folder / "log", 5).splitlines() if ln.strip()]
+        last = [ln for ln in jobs.tail(folder / jobfiles.LOG, 5).splitlines() if ln.strip()]
         reason += f": {last[-1][:300]}" if last else ""
         full = disk.full_note(*[Path(p) for p in (job.get("cwd"), (job.get("config") or {}).get("output_dir"),
                                                   folder) if p])
@@ -93,7 +94,7 @@ def _enforce_stop_time(folder: Path, pid: int, stop_at: str, grace_s: float, end
 
     if ended.wait(max(0.0, (parse_ts(stop_at) - now()).total_seconds())):
         return
-    atomic_write_json(folder / "stop", {"requested_at": iso(), "reason": f"reached its stop time {stop_at} (the "
+    atomic_write_json(folder / jobfiles.STOP, {"requested_at": iso(), "reason": f"reached its stop time {stop_at} (the "
                                         f"final reserve starts; SIGTERM, SIGKILL after {grace_s:g} s)"})
     signal_group(pid, signal.SIGTERM)
     if not ended.wait(grace_s):
@@ -102,13 +103,12 @@ def _enforce_stop_time(folder: Path, pid: int, stop_at: str, grace_s: float, end
 
 def _write_exit_record(folder: Path, ex: dict) -> None:
     """Write exit.json into the space reserved at launch (then rename it), so it needs no new disk blocks."""
-    from aci.jobs import EXIT_RESERVE
     from aci.state import atomic_write_json, fsync_dir
 
     data = (json.dumps(ex, indent=2) + "\n").encode()
-    reserve = folder / EXIT_RESERVE
+    reserve = folder / jobfiles.EXIT_RESERVE
     if not reserve.exists() or len(data) > reserve.stat().st_size:
-        atomic_write_json(folder / "exit.json", ex)
+        atomic_write_json(folder / jobfiles.EXIT, ex)
         reserve.unlink(missing_ok=True)
         return
     with open(reserve, "r+b") as f:
@@ -116,7 +116,7 @@ def _write_exit_record(folder: Path, ex: dict) -> None:
         f.truncate(len(data))
         f.flush()
         os.fsync(f.fileno())
-    os.replace(reserve, folder / "exit.json")
+    os.replace(reserve, folder / jobfiles.EXIT)
     fsync_dir(folder)
 
 

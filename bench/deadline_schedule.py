@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from train_overhead import ACI, CHOSEN, demo_run  # noqa: E402 (the overhead bench's data, settings and run)
 
+from aci import jobfiles  # noqa: E402
 from aci.context import Context  # noqa: E402
 from aci.state import now, parse_ts, read_jsonl  # noqa: E402
 
@@ -56,7 +57,7 @@ def main() -> None:
         job = aci(work, "train", "start", "--data", "data.jsonl", *args, f"--max-steps={fit}",
                   f"--lr-schedule={a.schedule}")["job"]["id"]
         folder = work / "state" / "jobs" / job
-        stop_at = parse_ts(json.loads((folder / "config.json").read_text())["stop_at"])
+        stop_at = parse_ts(json.loads((folder / jobfiles.CONFIG).read_text())["stop_at"])
         competitors = run_with_competitor(folder, a.slow_after)
         report(work, folder, job, stop_at, competitors)
 
@@ -70,7 +71,7 @@ def aci(work: Path, *argv: str) -> dict:
 
 def _progress(folder: Path) -> dict:
     try:
-        return json.loads((folder / "progress.json").read_text())
+        return json.loads((folder / jobfiles.PROGRESS).read_text())
     except (OSError, ValueError):
         return {}
 
@@ -80,7 +81,7 @@ def run_with_competitor(folder: Path, slow_after: float) -> int:
     procs: list[subprocess.Popen] = []
     first = None
     try:
-        while not (folder / "exit.json").exists():
+        while not (folder / jobfiles.EXIT).exists():
             if first is None and _progress(folder).get("step", 0) >= 1:
                 first = time.monotonic()
                 print(f"step 1 after {_progress(folder).get('startup', {}).get('to_first_step_s')} s", flush=True)
@@ -97,9 +98,9 @@ def run_with_competitor(folder: Path, slow_after: float) -> int:
 
 def report(work: Path, folder: Path, job: str, stop_at, competitors: int) -> None:
     progress = _progress(folder)
-    ended = json.loads((folder / "exit.json").read_text())
-    cfg = json.loads((folder / "config.json").read_text())
-    for line in (folder / "log").read_text().splitlines():
+    ended = json.loads((folder / jobfiles.EXIT).read_text())
+    cfg = json.loads((folder / jobfiles.CONFIG).read_text())
+    for line in (folder / jobfiles.LOG).read_text().splitlines():
         if line.startswith("[aci] schedule:"):
             print(line)
     fc = progress.get("schedule") or {}

@@ -132,6 +132,8 @@ def run_plain(work: Path, s: dict) -> list[tuple[float, float]]:
 
 
 def run_aci(work: Path, s: dict) -> tuple[list[tuple[float, float]], dict]:
+    from aci import jobfiles
+
     aci = [sys.executable, "-m", "aci.cli"]
     subprocess.run([*aci, "plan", "init", "--base-model", str(work / "model"), "--benchmark", "gpu-bench",
                     "--profile", "default"], cwd=work, check=True, capture_output=True)
@@ -151,15 +153,15 @@ def run_aci(work: Path, s: dict) -> tuple[list[tuple[float, float]], dict]:
     start = json.loads(out.stdout)
     folder = work / "state" / "jobs" / start["job"]["id"]
     points = []
-    while not (folder / "exit.json").exists():
-        p = json.loads((folder / "progress.json").read_text()) if (folder / "progress.json").exists() else {}
+    while not (folder / jobfiles.EXIT).exists():
+        p = json.loads((folder / jobfiles.PROGRESS).read_text()) if (folder / jobfiles.PROGRESS).exists() else {}
         if p.get("tokens") and p.get("phase") == "training":
             points.append((p["elapsed_s"], p["tokens"]))
         time.sleep(0.05)
-    ex = json.loads((folder / "exit.json").read_text())
+    ex = json.loads((folder / jobfiles.EXIT).read_text())
     if ex["status"] != "succeeded":
-        raise SystemExit(f"aci job failed: {ex['reason']}\n{(folder / 'log').read_text()[-3000:]}")
-    p = json.loads((folder / "progress.json").read_text())
+        raise SystemExit(f"aci job failed: {ex['reason']}\n{(folder / jobfiles.LOG).read_text()[-3000:]}")
+    p = json.loads((folder / jobfiles.PROGRESS).read_text())
     print(f"aci: speed {p.get('speed')}", flush=True)
     return points, start["checks"]
 
@@ -187,6 +189,8 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
+    from aci.state import STATE_ENV
+
     cuda = torch.cuda.is_available()
     if not cuda and not args.cpu_smoke:
         print("no CUDA device: bench/gpu_train.py measures GPU training and runs only where CUDA is present")
@@ -196,7 +200,7 @@ def main() -> int:
          "logging_steps": 2 if cuda else 1, "aci_args": [] if cuda else ["--batch-size=2", "--grad-accum=2"]}
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                       TOKENIZERS_PARALLELISM="false")
-    os.environ.pop("ACI_STATE", None)
+    os.environ.pop(STATE_ENV, None)
     peak_flops, device = peak(args, cuda)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

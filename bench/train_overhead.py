@@ -44,7 +44,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from aci import jobfiles
 from aci.processes import alive  # a zombie is not alive: through MCP the supervisor is the server's child
+from aci.state import STATE_ENV
 from aci.training.request import TrainRequest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,11 +111,11 @@ def run_aci(work: Path, steps: int) -> tuple[float, float]:
 
 
 def _until_job_ends(work: Path, job: str, t0: float, cli_cpu: float) -> tuple[float, float]:
-    exit_file = work / "state" / "jobs" / job / "exit.json"
+    exit_file = work / "state" / "jobs" / job / jobfiles.EXIT
     while not exit_file.exists():
         time.sleep(0.02)
     wall = time.perf_counter() - t0
-    supervisor = json.loads((exit_file.parent / "job.json").read_text())["supervisor_pid"]
+    supervisor = json.loads((exit_file.parent / jobfiles.JOB).read_text())["supervisor_pid"]
     while alive(supervisor):  # it commits the job's end after exit.json: nothing writes to state after this
         time.sleep(0.02)
     ex = json.loads(exit_file.read_text())
@@ -152,7 +154,7 @@ def demo_run():
     """A temporary working directory with the demo model, the samples and a run card (default rules),
     offline; removed afterwards."""
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    os.environ.pop("ACI_STATE", None)
+    os.environ.pop(STATE_ENV, None)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         from aci.embedded import build_model

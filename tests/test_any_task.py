@@ -9,6 +9,7 @@ deadline the user gives. The end-to-end run through the MCP server is `tests/tes
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import time
@@ -66,7 +67,7 @@ def test_an_option_two_roles_fit_is_asked_for_not_guessed(workdir):
         "import argparse\np = argparse.ArgumentParser()\np.add_argument('--checkpoint')\n"
         "p.add_argument('--n', help='number of problems to score')\n"
         "p.add_argument('--count', help='number of problems to score')\np.parse_args()\n")
-    with pytest.raises(ACIError, match=r"--count and --n both fit the sample limit.*--limit-option"):
+    with pytest.raises(ACIError, match=r"^--count and --n .*--limit-option"):
         plan(workdir, eval_command="python two.py --checkpoint final_model")
     out = plan(workdir, eval_command="python two.py --checkpoint final_model", limit_option="--n", limit_all="0")
     assert out.card["eval_command"] == "python two.py --checkpoint {model_path} --n {limit}"
@@ -127,7 +128,7 @@ def test_a_limit_the_command_cannot_take_is_refused_and_samples_are_what_it_scor
     copy_model(tiny_model, workdir / "base", 0.2)  # scored 0.2 by the script without generating
     (workdir / "all.py").write_text(LEDGER.read_text().replace('p.add_argument("--n",', 'p.add_argument("--x-n", dest="n",'))
     plan(workdir, eval_command=f"{shlex.quote(sys.executable)} all.py --checkpoint final_model --out r.json")
-    with pytest.raises(ACIError, match=r"--limit 30 cannot reach the eval command.*--limit-option"):
+    with pytest.raises(ACIError, match=r": --limit 30 .*\{limit\}.*--limit-option"):
         registry.call("eval-checkpoint", {"checkpoint": "base", "limit": 30}, Context(workdir=workdir))
     e = registry.call("eval-checkpoint", {"checkpoint": "base"}, Context(workdir=workdir)).result
     assert (e["limit"], e["samples"], e["metric"]) == (None, 300, "results.ledger.exact_match")
@@ -180,10 +181,11 @@ def test_budget_minutes_from_now(workdir):
     later = (now() + timedelta(minutes=90)).isoformat(timespec="seconds")
     moved = registry.call("plan", {"action": "update", "deadline": later}, Context(workdir=workdir))
     assert 89.5 < moved.card["budget_hours"] * 60 < 90.5  # the budget follows a new deadline
-    with pytest.raises(ACIError, match="not both"):
+    with pytest.raises(ACIError, match="--budget-minutes or --budget-hours"):
         plan(workdir, budget_minutes=40, budget_hours=1, force=True)
-    with pytest.raises(ACIError, match="has passed"):
-        plan(workdir, deadline=(now() - timedelta(minutes=5)).isoformat(), force=True)
+    gone = (now() - timedelta(minutes=5)).isoformat()
+    with pytest.raises(ACIError, match=re.escape(repr(gone)) + r".*\bhas passed"):
+        plan(workdir, deadline=gone, force=True)
 
 
 # -- issue 26 row 9: a timer.sh that hangs or fails ------------------------------------------------------------

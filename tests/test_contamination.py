@@ -457,8 +457,11 @@ def test_only_a_simple_pass_against_the_pinned_reference_opens_the_train_gate(wo
     with open(ref, "a") as f:
         f.write('{"question": "A question added to the benchmark file after it was pinned, long enough?", '
                 '"answer": "1"}\n')
-    with pytest.raises(ACIError, match="changed since it was pinned"):
+    with pytest.raises(ACIError) as e:
         check(workdir, path=str(data))
+    pinned, now = ctx.card.reference["sha256"][:12], manifest.file_hash(ref)[:12]
+    assert e.value.rule == "no-test-data" and str(ref) in str(e.value)
+    assert pinned in str(e.value) and now in str(e.value)  # the two digests the agent can compare
 
 
 def test_the_first_check_pins_its_reference(workdir):
@@ -523,21 +526,24 @@ def test_every_row_shape_is_checked(workdir, shape):
     assert out.contaminated[0]["matches"][0]["reference"] == "bakery"
 
 
-@pytest.mark.parametrize("bad,message", [
-    ({"foo": 1}, "no known record shape (keys: foo)"),
-    ({"text": ""}, "field text: expected non-empty text"),
-    ({"messages": "hi"}, "field messages: expected an array"),
+@pytest.mark.parametrize("bad,fact", [
+    ({"foo": 1}, "(keys: foo)"),
+    ({"text": ""}, "field text"),
+    ({"messages": "hi"}, "field messages"),
 ])
-def test_every_data_tool_refuses_a_bad_row_alike(workdir, bad, message):
+def test_every_data_tool_refuses_a_bad_row_alike(workdir, bad, fact):
     refs, _ = labelled()
     write_jsonl(workdir / "ref.jsonl", refs)
     write_jsonl(workdir / "data.jsonl", [{"question": "What is 2 + 3?", "answer": "5"}, bad])
-    ctx = Context(workdir=workdir)
+    ctx, said = Context(workdir=workdir), set()
     for name, args in (("contamination", {"path": "data.jsonl", "reference": "ref.jsonl"}),
                        ("histogram", {"action": "compute", "path": "data.jsonl"}),
                        ("verify-task", {"tasks": "data.jsonl", "grader": "exact"})):
-        with pytest.raises(ACIError, match=re.escape(f"data.jsonl:2: {message}")):
+        with pytest.raises(ACIError) as e:
             registry.call(name, args, ctx)
+        said.add(str(e.value))
+    (message,) = said  # one reader of rows: the same error from every tool
+    assert message.startswith(f"{workdir / 'data.jsonl'}:2: ") and fact in message, message
 
 
 def test_a_text_row_is_read_by_histogram_and_refused_by_task_readers_with_its_line(workdir):
@@ -545,7 +551,7 @@ def test_a_text_row_is_read_by_histogram_and_refused_by_task_readers_with_its_li
     ctx = Context(workdir=workdir)
     hist = registry.call("histogram", {"action": "compute", "path": "lm.jsonl", "feature_set": "chat"}, ctx)
     assert hist.records == 1
-    with pytest.raises(ACIError, match=r"lm\.jsonl:1: a `text` row is plain text"):
+    with pytest.raises(ACIError, match=re.escape(f"{workdir / 'lm.jsonl'}:1: ") + ".*`text` row"):
         registry.call("verify-task", {"tasks": "lm.jsonl", "grader": "exact"}, ctx)
 
 

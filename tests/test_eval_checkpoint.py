@@ -69,7 +69,7 @@ def test_eval_command_arguments_and_metrics_parsing(tmp_path):
     assert command.pick_score({"accuracy": 0.5, "stderr": 0.1}, None, "f") == ("accuracy", 0.5)
     assert command.pick_score({"pass_rate": 0.7, "stderr": 0.1, "n_examples": 9}, None, "f") == ("pass_rate", 0.7)
     assert command.pick_score({"results": {"gsm8k": {"em": 0.25}}}, "results.gsm8k.em", "f") == ("results.gsm8k.em", 0.25)
-    with pytest.raises(ACIError, match="cannot tell which value"):
+    with pytest.raises(ACIError, match=r"\bf\b.*\(numeric values: a, b\).*--metric-key"):
         command.pick_score({"a": 0.1, "b": 0.2}, None, "f")
     assert command.sample_count({"accuracy": 0.5, "n_examples": 245}) == 245
 
@@ -173,7 +173,7 @@ def test_dev_set_is_generated_and_graded_per_task(workdir, tiny_model):
     assert len(replies) == 34 and all(r["score"] == (1.0 if r["id"].startswith("any") else 0.0) for r in replies)
     per = json.loads((folder / "samples.json").read_text())["trials"][0]["per_sample"]
     assert per["any-1"] == 1.0 and per["num-0"] == 0.0
-    with pytest.raises(ACIError, match="names no grader"):  # tasks without a grader need a default
+    with pytest.raises(ACIError, match="'num-0'"):  # tasks without a grader need a default
         call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", limit=2)
 
 
@@ -182,7 +182,7 @@ def test_promotion_keeps_the_better_checkpoint_and_refuses_a_worse_one(workdir, 
     for step, score in ((10, 0.5), (20, 0.9), (30, 0.52)):
         copy_model(tiny_model, workdir / "runs" / f"checkpoint-{step}", score)
         register(workdir, f"job1/checkpoint-{step}", workdir / "runs" / f"checkpoint-{step}")
-    with pytest.raises(ACIError, match=r"neither a checkpoint id \(known: base, job1/checkpoint-10"):
+    with pytest.raises(ACIError, match=r"^'job1/checkpoint-99' .*\bbase, job1/checkpoint-10, job1/checkpoint-20"):
         call(workdir, checkpoint="job1/checkpoint-99", limit=100)
     with pytest.raises(ACIError) as err:  # nothing to compare with yet
         call(workdir, action="promote", checkpoint="job1/checkpoint-10")
@@ -234,14 +234,14 @@ def test_promotion_needs_enough_samples_and_a_checkpoint_derived_from_base(workd
 
 def test_base_can_be_promoted_first_as_a_floor(workdir, tiny_model):
     c = init_run(workdir, tiny_model)
-    with pytest.raises(ACIError, match="evaluate base before promoting"):
+    with pytest.raises(ACIError, match="aci eval-checkpoint evaluate --checkpoint base$"):
         call(workdir, action="promote", checkpoint="base")
     call(workdir, checkpoint="base", limit=40)
     out = call(workdir, action="promote", checkpoint="base")
     assert out.promotion.promoted and c.state.read(records.BEST)["checkpoint"] == "base"
     assert (workdir / "final_model" / "config.json").is_file()
     assert not gates(ctx(workdir))["first-promoted"].passed  # a floor, not a trained model
-    with pytest.raises(ACIError, match="already final_model"):
+    with pytest.raises(ACIError, match="^base is already final_model"):
         call(workdir, action="promote", checkpoint="base")
 
 
@@ -629,7 +629,7 @@ def test_full_evaluation_and_the_sample_count_the_run_reports(workdir, tiny_mode
     log = (ctx(workdir).state.root / "evals" / e["eval_id"] / "seed-0.log").read_text()
     assert "on -1 samples" in log  # passed through as typed, which the script reads as all
     assert call(workdir, checkpoint="base", limit=66).result["samples"] == 66
-    with pytest.raises(ACIError, match="--limit 0 scores nothing"):
+    with pytest.raises(ACIError, match="--limit 0 .*-1 for every item"):
         call(workdir, checkpoint="base", limit=0)
 
 
@@ -657,11 +657,12 @@ def test_one_gpu_job_at_a_time(workdir, tiny_model):
     state = ctx(workdir).state
     job = call(workdir, checkpoint="base", limit=40, background=True).job
     try:
-        with pytest.raises(ACIError, match=rf"eval job {job.id} is still running: wait for it .*--concurrent"):
+        busy = rf"^eval job {job.id} .*--concurrent"  # what holds the GPU, and the option that shares it
+        with pytest.raises(ACIError, match=busy):
             call(workdir, checkpoint="base", limit=40)
-        with pytest.raises(ACIError, match=f"eval job {job.id} is still running"):
+        with pytest.raises(ACIError, match=busy):
             call(workdir, checkpoint="base", limit=40, background=True)
-        with pytest.raises(ACIError, match=f"eval job {job.id} is still running"):
+        with pytest.raises(ACIError, match=busy):
             registry.call("train", {"action": "start", "data": "none.jsonl"}, ctx(workdir))
     finally:
         deadline = time.monotonic() + 60

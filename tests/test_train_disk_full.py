@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from aci import jobs, processes, records
+from aci import jobfiles, jobs, processes, records
 from aci.errors import ACIError
 from aci.evaluation import swap
 from aci.state import State, read_jsonl
@@ -94,13 +94,13 @@ def test_training_keeps_few_checkpoints_and_names_a_full_disk(small_disk, tiny_m
     v = _wait_supervisor(state, job.id)
     assert v.status == "failed" and "is full" in v.reason and "No space left on device" in v.reason, v.reason
     assert (state.root / records.JOBS / job.id / "exit.json").is_file()
-    assert (state.root / records.JOBS / job.id / jobs.END_PENDING).exists()  # its commit could not be made
+    assert (state.root / records.JOBS / job.id / jobfiles.END_PENDING).exists()  # its commit could not be made
 
     # with space again, the next look at the jobs records the end event, and state is whole
     ballast.unlink()
     out = call(run, action="status", job=job.id)
     assert out.job.status == "failed" and "is full" in out.job.reason
-    assert not (state.root / records.JOBS / job.id / jobs.END_PENDING).exists()
+    assert not (state.root / records.JOBS / job.id / jobfiles.END_PENDING).exists()
     assert any(e["message"].startswith(f"job {job.id} failed (recorded late") for e in state.journal())
     read_jsonl(state.root / records.CHECKPOINTS)
     porcelain = subprocess.run(["git", "status", "--porcelain"], cwd=state.root, capture_output=True, text=True)

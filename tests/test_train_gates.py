@@ -164,18 +164,18 @@ def test_final_reserve_started(tmp_path, tiny_model):
 
 
 def test_nonsense_is_refused_before_launch(run):
-    with pytest.raises(ACIError, match=r"all 16 checked samples exceed max_length=36 \(longest \d+ tokens\)"):
+    with pytest.raises(ACIError, match=r"\b16\b.*max_length=36 \(longest \d+ tokens\).*--max-length"):
         call(run, action="dry-run", data="sft.jsonl", **{**FAST, "max_length": 36})
     long_prompt = [{"messages": [{"role": "user", "content": "word " * 80}, {"role": "assistant", "content": "ok"}]}]
     path = write_jsonl(run / "long.jsonl", long_prompt * 3)
     checked(run, path)
-    with pytest.raises(ACIError, match="nothing to train on: none of the first 3 samples has an assistant token"):
+    with pytest.raises(ACIError, match=r"\bfirst 3 samples\b.*assistant token"):
         call(run, action="dry-run", data="long.jsonl", **FAST)
-    with pytest.raises(ACIError, match="multiple of num_generations=3"):
+    with pytest.raises(ACIError, match=r"\b2 completions\b.*num_generations=3"):  # batch_size 2 x grad_accum 1 x 1 GPU
         call(run, action="dry-run", method="grpo", data="tasks.jsonl", **FAST, num_generations=3)
-    with pytest.raises(ACIError, match="deepspeed is not installed"):
+    with pytest.raises(ACIError, match="`pip install deepspeed`"):
         call(run, action="dry-run", data="sft.jsonl", **FAST, deepspeed="zero2")
-    with pytest.raises(ACIError, match="no run card"):
+    with pytest.raises(ACIError, match=re.escape(f"no run card in {run / 'templates' / 'state'}:")):
         call(run / "templates", action="dry-run", data="sft.jsonl")
 
 
@@ -187,7 +187,7 @@ def test_grpo_checks_report_prompts_and_graders(run):
     write_jsonl(run / "nograder.jsonl", [{"id": "a", "messages": [{"role": "user", "content": "1+1?"}],
                                           "gold": {"answer": "2"}}])
     checked(run, run / "nograder.jsonl")
-    with pytest.raises(ACIError, match="names no grader: pass --grader"):
+    with pytest.raises(ACIError, match=r"^task 'a' .*--grader"):
         call(run, action="dry-run", method="grpo", data="nograder.jsonl", **grpo)
 
 
@@ -248,7 +248,7 @@ def test_every_row_shape_trains_as_the_other_tools_read_it(run, tiny_model):
     tokenizer = templates.load_tokenizer(tiny_model)
     for refusing in (lambda: registry.call("contamination", {"path": "blank.jsonl"}, ctx_for(run)),
                      lambda: training_data.encode_samples(run / "blank.jsonl", tokenizer, None, max_length=64)):
-        with pytest.raises(ACIError, match=r"blank\.jsonl:2: field text: expected non-empty text"):
+        with pytest.raises(ACIError, match=r"blank\.jsonl:2: field text\b"):
             refusing()
 
 

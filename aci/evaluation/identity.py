@@ -42,7 +42,7 @@ import re
 import struct
 from pathlib import Path
 
-from aci import records
+from aci import jobfiles, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import folder
@@ -224,7 +224,7 @@ def _known_model(ctx: Context, name: str, derived: dict[str, Path]) -> str | Non
 def _train_job_of(ctx: Context, path: Path) -> tuple[str, str] | None:
     """(job id, its parent) when `path` lies in the output folder of a training job of this run."""
     jobs_dir = ctx.state.root / records.JOBS
-    for cfg_path in sorted(jobs_dir.glob("*/config.json")) if jobs_dir.is_dir() else []:
+    for cfg_path in sorted(jobs_dir.glob(f"*/{jobfiles.CONFIG}")) if jobs_dir.is_dir() else []:
         try:
             cfg = json.loads(cfg_path.read_text())
         except (OSError, json.JSONDecodeError):

@@ -21,7 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
-from aci import jobs, records
+from aci import jobfiles, jobs, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import checkpoints, promotion, runner
@@ -96,8 +96,8 @@ def _run(ctx: Context, cfg: dict, folder: Path) -> dict:
 
 
 def main() -> int:
-    folder = Path(os.environ["ACI_JOB_DIR"])
-    cfg = json.loads((folder / "config.json").read_text())
+    folder = Path(os.environ[jobs.JOB_DIR_ENV])
+    cfg = json.loads((folder / jobfiles.CONFIG).read_text())
     ctx = Context(workdir=cfg["workdir"])  # the state folder: $ACI_STATE, which aci.jobs sets
     signal.signal(signal.SIGTERM, _stopped)
     try:

@@ -19,6 +19,7 @@ import click
 
 from aci.report.data import collect
 from aci.report.html import render
+from aci.state import STATE_ENV
 
 
 def write(state_dir: Path, out: Path | None = None, workdir: Path | None = None) -> Path:
@@ -28,7 +29,7 @@ def write(state_dir: Path, out: Path | None = None, workdir: Path | None = None)
 
 @click.command()
 @click.option("--state", "state_dir", type=click.Path(file_okay=False), default=None,
-              help="the run's state folder (default: aci --state, $ACI_STATE, else <aci --workdir>/state)")
+              help=f"the run's state folder (default: aci --state, ${STATE_ENV}, else <aci --workdir>/state)")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="folder for report.html and the PNG plots (default: <workdir>/report)")
 @click.pass_context

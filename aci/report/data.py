@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aci import records
+from aci import jobfiles, records
 from aci.state import State, iso
 
 _STEP_LINE = re.compile(r"\[aci\] step (\d+)/\d+ .*?\bloss=([0-9.eE+-]+)")
@@ -64,10 +64,10 @@ def loss_curves(state: State) -> dict[str, list[tuple[int, float]]]:
     root = state.root / records.JOBS
     out: dict[str, list[tuple[int, float]]] = {}
     for job_dir in sorted(root.iterdir()) if root.is_dir() else []:
-        job = state.read(f"{records.JOBS}/{job_dir.name}/job.json") or {}
+        job = state.read(f"{records.JOBS}/{job_dir.name}/{jobfiles.JOB}") or {}
         if job.get("kind") != "train" or (job.get("config") or {}).get("measure"):
             continue
-        points = _history(job_dir) or _trainer_state(job.get("config") or {}) or _log_lines(job_dir / "log")
+        points = _history(job_dir) or _trainer_state(job.get("config") or {}) or _log_lines(job_dir / jobfiles.LOG)
         if points:
             out[job_dir.name] = points
     return out

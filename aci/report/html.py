@@ -8,6 +8,7 @@ import html
 from datetime import datetime
 from pathlib import Path
 
+from aci import DISTRIBUTION
 from aci.report.data import Run, latest_evaluations, short_name
 from aci.report.plots import plot_histograms, plot_losses, plot_phases, plot_scores
 from aci.state import parse_ts
@@ -227,7 +228,7 @@ def render(run: Run, out: Path) -> Path:
         scores = losses = phase_png = None
         hists = []
         note = ('<p class="muted">No plots: matplotlib is not installed '
-                '(<code>pip install "posttrain-aci[plots]"</code>).</p>')
+                f'(<code>pip install "{DISTRIBUTION}[plots]"</code>).</p>')
     else:
         scores = plot_scores(run, out / "scores.png")
         losses = plot_losses(run, out / "loss.png")

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from aci import jobs
+from aci import jobfiles, jobs
 from aci.context import Context
 from aci.errors import ACIError
 from aci.rollout import export as export_mod
@@ -224,7 +224,7 @@ def start_job(ctx: Context, cfg: RolloutConfig):
     """Check now (so refusals come back to the caller), then run as a job: `python -m aci.rollout CONFIG`."""
     check(ctx, cfg)
     job_id = jobs.new_id("rollout")
-    config_path = jobs.job_dir(ctx.state, job_id) / "config.json"
+    config_path = jobs.job_dir(ctx.state, job_id) / jobfiles.CONFIG
     return jobs.start(ctx.state, "rollout", [sys.executable, "-m", "aci.rollout", str(config_path)],
                       cfg.model_dump(mode="json"), cwd=ctx.workdir, job_id=job_id,
                       message=f"rollout of {cfg.tasks} x {cfg.trials} into {cfg.out}")

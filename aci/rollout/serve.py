@@ -31,7 +31,7 @@ def vllm_executable() -> list[str]:
     found = shutil.which("vllm", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     if not found:
         raise ACIError("vLLM is not installed here (no `vllm` executable next to this Python or on PATH). "
-                       "Install it where a GPU is available (`pip install vllm`), set ACI_VLLM to its command, "
+                       f"Install it where a GPU is available (`pip install vllm`), set {VLLM_ENV} to its command, "
                        "or roll out with the local Hugging Face policy (--hf-model PATH) for small runs")
     return [found]
 

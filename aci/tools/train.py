@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from aci import jobs
+from aci import jobfiles, jobs
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
@@ -77,7 +77,7 @@ class TrainOutput(ToolOutput):
 def _status(inp: TrainInput, ctx: Context) -> TrainOutput:
     view, ckpts = status.job(ctx, inp.job)
     job_id = view.id
-    log = jobs.tail(Path(view.folder) / "log", inp.log_lines) if inp.log_lines else None
+    log = jobs.tail(Path(view.folder) / jobfiles.LOG, inp.log_lines) if inp.log_lines else None
     nxt = []
     note = status.rate_advice(view)
     warnings = [note] if note else []

@@ -106,7 +106,8 @@ def search(total: int, probe: Callable[[int, bool], Trial], gradient_checkpointi
         if best is not None:
             timed = next(t for t in reversed(trials) if t.micro_batch == best and t.gradient_checkpointing == gc_on)
             return Plan(best, total // best, gc_on, timed.tokens_per_s, trials)
-    raise DoesNotFit(f"one row of the longest data does not fit in memory even with gradient checkpointing "
+    tried = "even with" if True in options else "without (it was turned off)"
+    raise DoesNotFit(f"one row of the longest data does not fit in memory {tried} gradient checkpointing "
                      f"(trials: {[asdict(t) for t in trials]}): train LoRA, shorten --max-length, or shard with "
                      f"--deepspeed zero3 over several GPUs")
 
@@ -119,14 +120,14 @@ def shape_key(cfg: dict) -> dict:
 def measured(state: Any, cfg: dict) -> tuple[dict, str] | None:
     """(plan, job id) of the latest measurement that searched the batch for a run of `cfg`'s shape and batch
     per optimizer step, or None."""
-    from aci import jobs, records
+    from aci import jobfiles, jobs, records
 
     key, total = shape_key(cfg), cfg["batch_size"] * cfg["grad_accum"]
     for job in sorted(jobs.list_jobs(state, kind="train"), key=lambda j: j.started_at, reverse=True):
         plan = job.progress.get("batch") or {}
         if not plan.get("searched") or job.status != "succeeded":
             continue
-        probe = state.read(f"{records.JOBS}/{job.id}/config.json") or {}
+        probe = state.read(f"{records.JOBS}/{job.id}/{jobfiles.CONFIG}") or {}
         if shape_key(probe) == key and probe.get("batch_size", 0) * probe.get("grad_accum", 0) == total:
             return plan, job.id
     return None

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from aci import jobs, records
+from aci import jobfiles, jobs, records
 from aci.evaluation import identity
 from aci.state import State, iso, now, parse_ts
 from aci.training import pace, schedule
@@ -215,7 +215,7 @@ def _in_use(state: State) -> set[str]:
     used = {(state.read(records.BEST) or {}).get("checkpoint")}
     for j in jobs.active(state):
         if j.kind == "eval":
-            used.add((state.read(f"{records.JOBS}/{j.id}/config.json") or {}).get("checkpoint"))
+            used.add((state.read(f"{records.JOBS}/{j.id}/{jobfiles.CONFIG}") or {}).get("checkpoint"))
     return {u for u in used if u}
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from aci import clock, jobs, manifest, records
+from aci import clock, jobfiles, jobs, manifest, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import identity
@@ -235,7 +235,7 @@ def measured_rate(ctx: Context, cfg: dict) -> Rate:
     best: tuple | None = None
     for job in sorted(jobs.list_jobs(ctx.state, kind="train"), key=lambda j: j.started_at, reverse=True):
         rate = job.progress.get("tokens_per_s")
-        jc = ctx.state.read(f"{records.JOBS}/{job.id}/config.json") or {}
+        jc = ctx.state.read(f"{records.JOBS}/{job.id}/{jobfiles.CONFIG}") or {}
         if not rate or jc.get("method") != cfg["method"] or jc.get("lr_probe"):  # a probe trains several times
             continue
         differs = [k for k in MATCHED if shown(jc, k) != shown(cfg, k)]

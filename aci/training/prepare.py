@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from aci import jobs, manifest
+from aci import jobfiles, jobs, manifest
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
@@ -281,7 +281,7 @@ def command(cfg: TrainConfig, config_path: Path) -> list[str]:
 def launch(ctx: Context, cfg: TrainConfig, message: str, exclusive: bool = False) -> JobView:
     """Start the job as a supervised process (`aci.jobs`); `exclusive` refuses it, under the state lock,
     while another train job runs."""
-    config_path = jobs.job_dir(ctx.state, cfg.job) / "config.json"
+    config_path = jobs.job_dir(ctx.state, cfg.job) / jobfiles.CONFIG
     return jobs.start(ctx.state, "train", command(cfg, config_path), cfg.model_dump(mode="json"), cwd=ctx.workdir,
                       job_id=cfg.job, message=message, exclusive=exclusive)
 

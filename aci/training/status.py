@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aci import jobs, records
+from aci import jobfiles, jobs, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
@@ -53,7 +53,7 @@ def job(ctx: Context, job_id: str | None) -> tuple[JobView, list[dict]]:
 def rate_advice(view: JobView) -> str | None:
     """What a first loss near chance says about the learning rate, once the job has logged one."""
     p = view.progress
-    rate = (read_json(Path(view.folder) / "config.json") or {}).get("learning_rate")
+    rate = (read_json(Path(view.folder) / jobfiles.CONFIG) or {}).get("learning_rate")
     return chance.advice(p.get("first_loss"), p.get("vocab_size"), rate)
 
 
