@@ -33,7 +33,7 @@ class SortedHashes:
         """Whether each value is a key, and the position of the first key equal to it (where found)."""
         if not len(self.keys):
             return np.zeros(len(values), bool), np.zeros(len(values), np.int64)
-        bucket = values >> self.shift
+        bucket = (values >> self.shift).astype(np.intp)  # gathers by a uint64 index convert it at each one
         pos = self.first[bucket]
         found = self.padded[pos] == values
         rest = np.flatnonzero(self.crowded[bucket] & ~found)
