@@ -154,13 +154,14 @@ class SimpleIndex(JudgeScan):
         rows = iter(rows)
         while batch := list(islice(rows, BATCH)):
             kept, found = prefilter.check(batch)
-            for r, allowed, extra in zip(batch, kept, found, strict=True):
+            for k, (r, allowed) in enumerate(zip(batch, kept, strict=True)):
                 if not allowed:
                     matches = []
                 elif None in allowed.values():
                     matches = self.scan_row(r, allowed)
                 else:
                     matches = list(self._alone(allowed, {}, []).values())
+                extra = found.get(k)
                 yield r, (matches + self._extra(r, extra, {m.item for m in matches})) if extra else matches
 
     def _extra(self, r: Row, extra: list[tuple[str, int, str, float, float]], have: set[int]) -> list[Match]:

@@ -191,20 +191,20 @@ class Prefilter:
         stricter check's share in the row's text where computed here (else None)."""
         return self.check(rows)[0]
 
-    def check(self, rows: list[Row]) -> tuple[list[dict[int, float | None] | None], list[list[tuple]]]:
-        """`keep`'s answer, and per row the short items' copies and the close variants found in it, as
-        (label, item, component, score, required)."""
-        texts, owner, main = [], [], []
+    def check(self, rows: list[Row]) -> tuple[list[dict[int, float | None] | None], dict[int, list[tuple]]]:
+        """`keep`'s answer, and the short items' copies and the close variants found in the rows, as
+        (label, item, component, score, required) per row that has any (by its position in `rows`).
+
+        The batch's texts are the rows' own texts in order, then the few texts the judge's tool would
+        read besides (`Row.tool_text`), so that text k is row k's for most texts."""
+        texts = [r.text for r in rows]
+        owner = list(range(len(rows)))
         for k, r in enumerate(rows):
-            texts.append(r.text)
-            owner.append(k)
-            main.append(True)
             if r.tool_text is not None and not r.tool_inside:
                 texts.append(r.tool_text)
                 owner.append(k)
-                main.append(False)
         ids, per_text = self.words.ids(texts)
-        main = np.array(main, bool)
+        main = np.arange(len(texts)) < len(rows)
         out: list[dict[int, float | None] | None] = [None] * len(rows)
         text, code, share = self.survivors(ids, per_text, main)
         for t, c, s in zip(text.tolist(), code.tolist(), share.tolist(), strict=True):
@@ -215,12 +215,12 @@ class Prefilter:
                 out[k][self.probe_code[c]] = s
             else:
                 out[k].setdefault(self.probe_code[c], None)
-        found: list[list[tuple]] = [[] for _ in rows]
+        found: dict[int, list[tuple]] = {}
         if self.short:
             for t, i in zip(*(a.tolist() for a in self.short.find(ids, per_text)), strict=True):
-                found[owner[t]].append(("short", i, "", 1.0, 1.0))
+                found.setdefault(owner[t], []).append(("short", i, "", 1.0, 1.0))
         for t, i, c, s, need in zip(*(a.tolist() for a in self.close.find(ids, per_text, main)), strict=True):
-            found[owner[t]].append(("close", i, COMPONENTS[c], s, need))
+            found.setdefault(owner[t], []).append(("close", i, COMPONENTS[c], s, need))
         return out, found
 
     def survivors(self, ids: np.ndarray, per_text: np.ndarray, main: np.ndarray
