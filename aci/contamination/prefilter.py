@@ -64,29 +64,52 @@ def hash_grams(cols: list[np.ndarray]) -> np.ndarray:
 
 class Grams:
     """n-grams of one length as dense keys (their hashes, deduplicated) and, per dense code, its n-gram
-    set as keys with their IDF weights."""
+    set as keys with their IDF weights.
+
+    Built with numpy from the n-grams' tokens, each distinct set once (an item's judge check and its
+    question alone share one), so that no n-gram is a dict lookup: this index is built for every check,
+    and the lookups per n-gram per code cost as much as the rest of it."""
 
     def __init__(self, n: int, sets: list, idfs: list):
         self.n = n
-        grams = list(set(chain.from_iterable(sets)))  # any order: a key is its hash's rank
-        flat = np.fromiter(chain.from_iterable(grams), np.uint64, n * len(grams))
-        hashes = hash_grams(list(flat.reshape(-1, n).T)) if grams else np.zeros(0, np.uint64)
-        keys, key_of = np.unique(hashes, return_inverse=True)
+        uniq = {id(g): g for g in sets}  # each distinct set once, by identity
+        rank = {k: r for r, k in enumerate(uniq)}
+        size = np.fromiter(map(len, uniq.values()), np.int64, len(uniq))
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(uniq.values())), np.uint64, n * int(size.sum()))
+        cols = flat.reshape(-1, n).T
+        keys, key_of = np.unique(hash_grams(list(cols)) if len(flat) else np.zeros(0, np.uint64), return_inverse=True)
         self.keys, self.n_keys = SortedHashes(keys), len(keys)
-        self.key = dict(zip(grams, key_of.tolist(), strict=True))
         # each key's tokens (column k: its k-th token), to tell a key from an n-gram whose hash equals it;
         # None when two of the n-grams share a hash, and then nothing is decided from the keys alone
-        self.key_toks = None
-        if len(keys) == len(grams):
-            self.key_toks = np.empty((n, len(keys)), np.uint64)
-            self.key_toks[:, key_of] = flat.reshape(-1, n).T
+        self.key_toks = np.zeros((n, len(keys)), np.uint64)
+        self.key_toks[:, key_of] = cols
+        if not (self.key_toks[:, key_of] == cols).all():
+            self.key_toks = None
         self.dense = np.zeros(max(DENSE_CELLS, len(keys)), bool)  # `shares`' table, all False between calls
-        counts = np.array([len(s) for s in sets], np.int64)
+        # each code's n-grams: its set's keys, in the set's order, weighed by its IDF table
+        of_set = np.array([rank[id(g)] for g in sets], np.int64)
+        counts = size[of_set]
         self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        total = int(self.start[-1])
-        self.code_keys = np.fromiter(map(self.key.__getitem__, chain.from_iterable(sets)), np.int64, total)
-        self.code_w = np.fromiter(chain.from_iterable(map(idf.__getitem__, s) for s, idf in zip(sets, idfs, strict=True)),
-                                  np.float64, total)
+        self.code_keys = key_of[ranges((np.cumsum(size) - size)[of_set], counts)]
+        tables = {id(idf): idf for idf in idfs}
+        table = {k: r for r, k in enumerate(tables)}
+        weight = np.stack([self.weights(t) for t in tables.values()]) if tables else np.zeros((0, 0))
+        self.code_w = weight[np.repeat(np.array([table[id(idf)] for idf in idfs], np.int64), counts), self.code_keys]
+
+    def find_grams(self, grams) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each of `grams` (token tuples) has a key, and that key."""
+        flat = np.fromiter(chain.from_iterable(grams), np.uint64, self.n * len(grams))
+        return self.keys.find(hash_grams(list(flat.reshape(-1, self.n).T))) if len(flat) else (
+            np.zeros(0, bool), np.zeros(0, np.int64))
+
+    def weights(self, idf: dict[tuple, float]) -> np.ndarray:
+        """One IDF table's weight per key. Where n-grams share a key (a hash collision), the largest: the
+        sums stay bounds, and the stricter checks' exact shares run only without collisions among their
+        tables' n-grams, which are their sets' own."""
+        out = np.zeros(self.n_keys)
+        found, key = self.find_grams(list(idf))
+        np.maximum.at(out, key[found], np.fromiter(idf.values(), np.float64, len(idf))[found])
+        return out
 
     def shares(self, held_text: np.ndarray, held_key: np.ndarray, text: np.ndarray, code: np.ndarray) -> np.ndarray:
         """Per (text, code) pair, `text` sorted, each code with at least one n-gram: the weight of the
@@ -163,10 +186,13 @@ class Prefilter:
         self.rest_a = np.array([sum(w for f, w in it.weights.items() if f not in ("question", "answer")) if it
                                 else 0.0 for it in answer], np.float64)
         # key -> the codes the probe index files under it
-        probe = sorted((self.q.key[g], code_of[code]) for g, codes in index.probe.post.items() for code in codes
-                       if code in code_of)
-        self.probe_codes = np.array([c for _, c in probe], np.int64)
-        self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.q.n_keys + 1))
+        post = index.probe.post
+        _, key = self.q.find_grams(list(post))
+        entries = [(k, code_of[code]) for k, codes in zip(key.tolist(), post.values(), strict=True) for code in codes
+                   if code in code_of]
+        probe = np.array(sorted(entries), np.int64).reshape(-1, 2)
+        self.probe_codes = probe[:, 1]
+        self.probe_start = np.searchsorted(probe[:, 0], np.arange(self.q.n_keys + 1))
         # word -> its tokens, the reference's words first, for the checks that read word ids
         fields = [tuple(f.split() for f in c) for c in index.cleaned]  # each item's question, answer, passage
         vocab = sorted({w for f in fields for words in f for w in words})
