@@ -93,8 +93,9 @@ class Grams:
         self.code_keys = key_of[ranges((np.cumsum(size) - size)[of_set], counts)]
         tables = {id(idf): idf for idf in idfs}
         table = {k: r for r, k in enumerate(tables)}
-        weight = np.stack([self.weights(t) for t in tables.values()]) if tables else np.zeros((0, 0))
-        self.code_w = weight[np.repeat(np.array([table[id(idf)] for idf in idfs], np.int64), counts), self.code_keys]
+        self.weight = np.stack([self.weights(t) for t in tables.values()]) if tables else np.zeros((0, 0))
+        self.code_table = np.array([table[id(idf)] for idf in idfs], np.int64)  # each code's row of `weight`
+        self.code_w = self.weight[np.repeat(self.code_table, counts), self.code_keys]
 
     def find_grams(self, grams) -> tuple[np.ndarray, np.ndarray]:
         """Whether each of `grams` (token tuples) has a key, and that key."""
@@ -140,6 +141,22 @@ class Grams:
             out[a:b] = np.add.reduceat(self.code_w[at] * hit, np.cumsum(counts) - counts)
             self.dense[cells] = False
             rank[chosen] = -1
+        return out
+
+    def member(self, code: np.ndarray, pair: np.ndarray, key: np.ndarray) -> np.ndarray:
+        """Per query (`pair`, `key`), `pair` ascending: whether `key` is one of the n-grams of code
+        `code[pair]`. The codes' n-grams are flagged in `shares`' table, n_keys flags per code, in turns."""
+        out = np.zeros(len(pair), bool)
+        turn = max(1, len(self.dense) // self.n_keys)
+        counts = self.start[code + 1] - self.start[code]
+        for first in range(0, len(code), turn):
+            last = min(first + turn, len(code))
+            own = ranges(self.start[code[first:last]], counts[first:last])
+            cells = np.repeat(np.arange(last - first) * self.n_keys, counts[first:last]) + self.code_keys[own]
+            self.dense[cells] = True
+            a, b = np.searchsorted(pair, [first, last])
+            out[a:b] = self.dense[(pair[a:b] - first) * self.n_keys + key[a:b]]
+            self.dense[cells] = False
         return out
 
 
@@ -200,15 +217,9 @@ class Prefilter:
         self.words = WordIds(index.tokens, vocab)
         self.short = ShortIndex(fields, index.skipped_at, key)
         self.close = CloseIndex(fields, key)
-        # the stricter checks' n-grams as sorted code * n_keys + key, with their integer weights, for
-        # `alone_shares` (which runs only where these sums are exact in float64)
+        # the stricter checks' codes, whose shares `alone_shares` computes where their integer weights' sums
+        # are exact in float64
         self.alone = np.array([c.check != JUDGE for c in checks], bool)
-        owner = np.repeat(np.arange(self.n_codes), np.diff(self.q.start))
-        mine = self.alone[owner]
-        cells = owner[mine] * self.q.n_keys + self.q.code_keys[mine]
-        order = np.argsort(cells, kind="stable")
-        self.alone_cells = np.append(cells[order], np.iinfo(np.int64).max)  # and one that no lookup equals
-        self.alone_w = self.q.code_w[mine][order]
         self.exact = self.q.key_toks is not None and (self.norm[self.alone].max(initial=0) < 2.0 ** 53)
 
     def keep(self, rows: list[Row]) -> list[dict[int, float | None] | None]:
@@ -300,14 +311,12 @@ class Prefilter:
         counts = np.searchsorted(held_text, text, "right") - first
         e = ranges(first, counts)  # each pair's n-grams found, in order
         pair = np.repeat(np.arange(len(text)), counts)
-        cell = np.repeat(code * self.q.n_keys, counts) + key[e]
-        w = np.searchsorted(self.alone_cells, cell)
-        mine = self.alone_cells[w] == cell  # the code holds the n-gram's key
-        start, key, pair, w = at[e[mine]], key[e[mine]], pair[mine], w[mine]
+        mine = self.q.member(code, pair, key[e])  # the code holds the n-gram's key
+        start, key, pair = at[e[mine]], key[e[mine]], pair[mine]
         same = np.ones(len(key), bool)  # and the n-gram is the key's own, not one whose hash only equals it
         for k in range(Q_N):
             same &= toks[start + k] == self.q.key_toks[k][key]
-        start, key, pair, w = start[same], key[same], pair[same], w[same]
+        start, key, pair = start[same], key[same], pair[same]
         best = np.zeros(len(text))
         if not len(key):
             return best
@@ -317,7 +326,8 @@ class Prefilter:
         run = np.cumsum(new) - 1
         # each run's distinct n-grams, weighed: sums of integers below 2^53, exact in any order
         cells, one = np.unique(run * self.q.n_keys + key, return_index=True)
-        sums = np.bincount(cells // self.q.n_keys, weights=self.alone_w[w[one]], minlength=int(run[-1]) + 1)
+        weight = self.q.weight[self.q.code_table[code[pair[one]]], key[one]]
+        sums = np.bincount(cells // self.q.n_keys, weights=weight, minlength=int(run[-1]) + 1)
         np.maximum.at(best, pair[new], sums)
         return best / self.norm[code]
 
