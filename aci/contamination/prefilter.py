@@ -124,7 +124,7 @@ class Grams:
         out = np.zeros(len(code))
         if not len(code):
             return out
-        texts = np.unique(text)
+        texts = text[np.flatnonzero(np.diff(text, prepend=-1))]  # `text` is sorted: where it changes
         turn = max(1, len(self.dense) // self.n_keys)
         rank = np.full(int(max(texts[-1], held_text.max(initial=0))) + 1, -1, np.int64)
         for first in range(0, len(texts), turn):
@@ -294,7 +294,7 @@ class Prefilter:
         # a long answer counts with its 3-grams' share in place of in full
         t = np.flatnonzero(ok & self.tracked[code])
         if len(t):
-            answer = self.answer_shares(toks, tok_text, text[t], code[t])
+            answer = self.answer_shares(toks, text_end, text[t], code[t])
             ok[t] = self.w_q[code[t]] * share[t] + self.w_a[code[t]] * answer + self.rest_a[code[t]] >= self.need[code[t]]
         text, code = text[ok], code[ok]
         exact = np.full(len(code), np.nan)
@@ -331,11 +331,12 @@ class Prefilter:
         np.maximum.at(best, pair[new], sums)
         return best / self.norm[code]
 
-    def answer_shares(self, toks, tok_text, text, code) -> np.ndarray:
-        """Per (text, code) pair: the IDF share of the code's answer 3-grams found anywhere in the text."""
-        chosen = np.zeros(tok_text[-1] + 1, bool)
-        chosen[text] = True
-        at = np.flatnonzero(chosen[tok_text[:len(toks) - A_N + 1]])
-        at = at[tok_text[at] == tok_text[at + A_N - 1]]  # 3-grams that do not cross into the next text
+    def answer_shares(self, toks, text_end, text, code) -> np.ndarray:
+        """Per (text, code) pair, `text` sorted: the IDF share of the code's answer 3-grams found anywhere
+        in the text (`text_end`: where each text's tokens end). Only these texts' 3-grams are hashed."""
+        texts = text[np.flatnonzero(np.diff(text, prepend=-1))]
+        begin = np.concatenate([[0], text_end])[texts]
+        counts = np.maximum(text_end[texts] - begin - (A_N - 1), 0)
+        at = ranges(begin, counts)  # each text's 3-grams, none crossing into the next text
         found, pos = self.a.keys.find(hash_grams([toks[at + k] for k in range(A_N)]))
-        return self.a.shares(tok_text[at[found]], pos[found], text, code) / self.a_total[code]
+        return self.a.shares(np.repeat(texts, counts)[found], pos[found], text, code) / self.a_total[code]
