@@ -95,6 +95,12 @@ class RefItem:
         return self.id if self.id is not None else f"#{self.index}"
 
     @cached_property
+    def head(self) -> dict:
+        """What a report says of the item in each match against it (copied into each: the same items are
+        named thousands of times)."""
+        return {"reference": self.name, "item": self.index, "line": self.line, "excerpt": self.excerpt}
+
+    @cached_property
     def excerpt(self) -> str:
         """A short excerpt of the item; once per item, since a report names the same items many times."""
         text = " ".join((self.question or self.answer or self.passage).split())
