@@ -281,10 +281,12 @@ class Prefilter:
         # every n-gram held: where it starts, its text and its key
         at, held_key = np.flatnonzero(inside)[found], pos[found]
         held_text = tok_text[at]
-        # (text, code) pairs the probe names
+        # (text, code) pairs the probe names, through the few n-grams held that it files codes under
         counts = self.probe_start[held_key + 1] - self.probe_start[held_key]
-        pairs = np.unique(np.repeat(held_text * self.n_codes, counts)
-                          + self.probe_codes[ranges(self.probe_start[held_key], counts)])
+        probed = np.flatnonzero(counts)
+        counts = counts[probed]
+        pairs = np.unique(np.repeat(held_text[probed] * self.n_codes, counts)
+                          + self.probe_codes[ranges(self.probe_start[held_key[probed]], counts)])
         if not len(pairs):
             return out
         text, code = np.divmod(pairs, self.n_codes)
