@@ -62,7 +62,11 @@ def training_rows(path: Path, sources: set[str] | None = None, content: bytes | 
 
     name = str(path)
     for k, (n, row) in enumerate(read_rows(path, content)):
-        text = "\n".join(row_texts(row, f"{name}:{n}"))
+        try:
+            texts = row_texts(row, name)
+        except ACIError:  # read again to name its line: formatting it for every row cost more than the rest
+            texts = row_texts(row, f"{name}:{n}")
+        text = "\n".join(texts)
         if not text or text.isspace():
             raise ACIError(f"{where(path, n)}: no text in this row")
         if sources is not None:
