@@ -279,6 +279,7 @@ class Prefilter:
         inside = tok_text[:m] == tok_text[Q_N - 1:]  # n-grams that do not cross into the next text
         found, pos = self.q.keys.find(hash_grams([toks[k:k + m] for k in range(Q_N)])[inside])
         # every n-gram held: where it starts, its text and its key
+        found = np.flatnonzero(found)  # once: about half the n-grams, in no pattern a mask would follow fast
         at, held_key = np.flatnonzero(inside)[found], pos[found]
         held_text = tok_text[at]
         # (text, code) pairs the probe names, through the few n-grams held that it files codes under
@@ -313,7 +314,7 @@ class Prefilter:
         counts = np.searchsorted(held_text, text, "right") - first
         e = ranges(first, counts)  # each pair's n-grams found, in order
         pair = np.repeat(np.arange(len(text)), counts)
-        mine = self.q.member(code, pair, key[e])  # the code holds the n-gram's key
+        mine = np.flatnonzero(self.q.member(code, pair, key[e]))  # the code holds the n-gram's key
         start, key, pair = at[e[mine]], key[e[mine]], pair[mine]
         same = np.ones(len(key), bool)  # and the n-gram is the key's own, not one whose hash only equals it
         for k in range(Q_N):
