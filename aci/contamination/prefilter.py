@@ -133,7 +133,8 @@ class Grams:
             a, b = np.searchsorted(text, [chosen[0], chosen[-1] + 1])
             lo, hi = np.searchsorted(held_text, [chosen[0], chosen[-1] + 1])
             mine = rank[held_text[lo:hi]]
-            cells = (mine * self.n_keys + held_key[lo:hi])[mine >= 0]
+            own = np.flatnonzero(mine >= 0)  # the n-grams of this turn's texts
+            cells = mine[own] * self.n_keys + held_key[lo:hi][own]
             self.dense[cells] = True
             counts = self.start[code[a:b] + 1] - self.start[code[a:b]]
             at = ranges(self.start[code[a:b]], counts)
