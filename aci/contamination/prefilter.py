@@ -267,12 +267,10 @@ class Prefilter:
         stricter check in a `main` text (NaN for the others); `ids`, `per_text`: the texts' word ids."""
         n = len(per_text)
         out = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-        lengths = self.words.length[ids]
-        ends = np.cumsum(lengths)
-        total = int(ends[-1]) if len(ends) else 0
+        toks, ends = self.words.tokens_of(ids)
+        total = len(toks)
         if total < Q_N or not self.n_codes:
             return out
-        toks = self.words.flat[ranges(self.words.offset[ids], lengths)]
         word_end = np.cumsum(per_text)
         text_end = np.concatenate([[0], ends])[word_end]
         tok_text = np.repeat(np.arange(n), np.diff(text_end, prepend=0))
