@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from aci import contamination as C
 from aci import manifest, registry
 from aci.contamination import prefilter, text, wordids
+from aci.contamination.lookup import SortedHashes
 from aci.contamination.prefilter import Prefilter
 from aci.contamination.rules import field_weights, ngrams
 from aci.contamination.stricter import QUESTION_ALONE, Code
@@ -226,6 +227,19 @@ def test_the_issue_table(tmp_path):
     assert len(bfcl) >= 30 and set(bfcl) <= judged
     names = {r["row"]: r["matches"][0] for r in report.flagged}
     assert all(names[k]["item"] == cases[k]["item"] for k in judged)
+
+
+def test_the_hash_lookup_answers_as_a_binary_search():
+    """`SortedHashes.find` says what `np.searchsorted` says (whether a value is a key, and the first key
+    equal to it), also in buckets of one, two and many keys, with repeated keys and values between them."""
+    rng = np.random.default_rng(0)
+    for spread in (0, 50, 61):  # keys in every bucket; crowded in a few top bits; one bucket of many
+        keys = np.sort(rng.integers(0, 1 << 63, 3000, dtype=np.uint64) >> np.uint64(spread) << np.uint64(spread))
+        keys = np.sort(np.concatenate([keys, keys[::7]]))
+        values = np.concatenate([keys, keys + np.uint64(1), rng.integers(0, 1 << 63, 3000, dtype=np.uint64)])
+        found, pos = SortedHashes(keys).find(values)
+        at = np.searchsorted(keys, values)
+        assert (found == (np.append(keys, np.uint64(0))[at] == values)).all() and (pos[found] == at[found]).all()
 
 
 def test_the_prefilter_drops_only_rows_that_cannot_be_flagged(monkeypatch, tmp_path):

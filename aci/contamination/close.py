@@ -167,13 +167,13 @@ class CloseIndex:
             holds = _sorted(have)
         try:
             # story candidates: the specific words they hold weigh enough
-            story = np.unique(cells[self.specific[key]])
+            story = np.unique(cells[np.flatnonzero(self.specific[key])])  # indices: a mask costs more
             if len(story):
                 story, weight = self.story_post.sums(story // v, story % v, n)
                 story = story[weight >= SPECIFICITY - EPS]
             # numbers candidates: the window holds the item's rarest number and its second
             at_win, item, _ = self.rarest.pairs(win, key)
-            ok = holds(at_win * v + self.second[item])
+            ok = np.flatnonzero(holds(at_win * v + self.second[item]))
             numbers = np.unique(at_win[ok] * n + item[ok])
             if not len(story) + len(numbers):
                 return out

@@ -109,15 +109,17 @@ class SimpleIndex(JudgeScan):
             it.a_total = sum(map(self.a_idf.__getitem__, it.a_set))
             it.p_total = sum(map(self.p_idf.__getitem__, it.p_set))
             it.q_floor = max(Q_MIN, relaxed(it.q_len, Q_MIN))
-            it.q_fewest = fewest(map(self.q_idf.__getitem__, it.q_set), (it.q_floor - EPS) * it.q_total)
+            # rarest first, equal weights in the set's order: what `fewest` and the probe both walk
+            ranked = sorted(it.q_set, key=self.q_idf.__getitem__, reverse=True)
+            it.q_fewest = fewest(map(self.q_idf.__getitem__, ranked), (it.q_floor - EPS) * it.q_total)
             for g in it.q_set:
                 self.q_post.setdefault(g, set()).add(i)
             if it.q_total > 0 and it.weights:
-                self.probe.add(Code.of(i, JUDGE), it.q_set, self.q_idf, it.q_total, it.q_floor)
-            ref = refs[it.ref]
-            if it.q_len >= MIN_TOKENS and len(set(clean(ref.question).split())) >= MIN_UNIQUE_WORDS:
+                self.probe.add(Code.of(i, JUDGE), ranked, self.q_idf, it.q_total, it.q_floor)
+            question, answer, _ = self.cleaned[it.ref]
+            if it.q_len >= MIN_TOKENS and len(set(question.split())) >= MIN_UNIQUE_WORDS:
                 q_alone[i], q_need[i] = it.q_set, relaxed(it.q_len, threshold)
-            if it.a_toks and len(it.a_toks) >= MIN_TOKENS and len(set(clean(ref.answer).split())) >= MIN_UNIQUE_WORDS:
+            if it.a_toks and len(it.a_toks) >= MIN_TOKENS and len(set(answer.split())) >= MIN_UNIQUE_WORDS:
                 a_alone[i], a_need[i] = frozenset(ngrams(it.a_toks, Q_N)), relaxed(len(it.a_toks), threshold)
         self.alone = {QUESTION_ALONE: Alone(q_alone, q_need, n), ANSWER_ALONE: Alone(a_alone, a_need, n)}
         for kind, check in self.alone.items():
@@ -154,13 +156,14 @@ class SimpleIndex(JudgeScan):
         rows = iter(rows)
         while batch := list(islice(rows, BATCH)):
             kept, found = prefilter.check(batch)
-            for r, allowed, extra in zip(batch, kept, found, strict=True):
+            for k, (r, allowed) in enumerate(zip(batch, kept, strict=True)):
                 if not allowed:
                     matches = []
                 elif None in allowed.values():
                     matches = self.scan_row(r, allowed)
                 else:
                     matches = list(self._alone(allowed, {}, []).values())
+                extra = found.get(k)
                 yield r, (matches + self._extra(r, extra, {m.item for m in matches})) if extra else matches
 
     def _extra(self, r: Row, extra: list[tuple[str, int, str, float, float]], have: set[int]) -> list[Match]:

@@ -62,7 +62,11 @@ def training_rows(path: Path, sources: set[str] | None = None, content: bytes | 
 
     name = str(path)
     for k, (n, row) in enumerate(read_rows(path, content)):
-        text = "\n".join(row_texts(row, f"{name}:{n}"))
+        try:
+            texts = row_texts(row, name)
+        except ACIError:  # read again to name its line: formatting it for every row cost more than the rest
+            texts = row_texts(row, f"{name}:{n}")
+        text = "\n".join(texts)
         if not text or text.isspace():
             raise ACIError(f"{where(path, n)}: no text in this row")
         if sources is not None:
@@ -93,6 +97,12 @@ class RefItem:
     @property
     def name(self) -> str:
         return self.id if self.id is not None else f"#{self.index}"
+
+    @cached_property
+    def head(self) -> dict:
+        """What a report says of the item in each match against it (copied into each: the same items are
+        named thousands of times)."""
+        return {"reference": self.name, "item": self.index, "line": self.line, "excerpt": self.excerpt}
 
     @cached_property
     def excerpt(self) -> str:

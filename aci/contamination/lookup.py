@@ -4,8 +4,9 @@ gather of many slices that every batch step uses).
 Why: `np.searchsorted` of five million n-gram hashes into the prefilter's keys was its costliest step
 (a binary search per value, each step a cache miss). Here the keys' top bits index buckets (eight to
 sixteen buckets per key, at most 2^22; the hashes are mixed into their top bits), so a value is first
-compared with the one key its bucket starts with; only a value that is not that key, in a bucket holding
-more than one key, is searched for in full. The answer is the same as a binary search's, only sooner.
+compared with the one key its bucket starts with, then, in a bucket holding more, with its second key;
+only a value that is neither, in a bucket holding more than two keys, is searched for in full. The
+answer is the same as a binary search's, only sooner.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class SortedHashes:
         self.shift = np.uint64(64 - bits)
         counts = np.bincount((keys >> self.shift).astype(np.int64), minlength=1 << bits)
         self.first = np.cumsum(counts) - counts  # bucket b: keys[first[b]:first[b] + counts[b]]
-        self.crowded = counts > 1
+        self.crowded, self.deep = counts > 1, counts > 2
         # A value of an empty bucket meets the next bucket's first key, which it cannot equal (equal
         # hashes share a bucket), or, past the last bucket, this 0, which is less than it
         self.padded = np.append(keys, np.uint64(0))
@@ -33,11 +34,15 @@ class SortedHashes:
         """Whether each value is a key, and the position of the first key equal to it (where found)."""
         if not len(self.keys):
             return np.zeros(len(values), bool), np.zeros(len(values), np.int64)
-        bucket = values >> self.shift
+        bucket = (values >> self.shift).astype(np.intp)  # gathers by a uint64 index convert it at each one
         pos = self.first[bucket]
         found = self.padded[pos] == values
         rest = np.flatnonzero(self.crowded[bucket] & ~found)
-        if len(rest):
+        if len(rest):  # the bucket's second key (most crowded buckets hold two); beyond it, a binary search
+            second = pos[rest] + 1
+            equal = self.padded[second] == values[rest]
+            pos[rest[equal]], found[rest[equal]] = second[equal], True
+            rest = rest[~equal & self.deep[bucket[rest]]]
             at = np.searchsorted(self.keys, values[rest])
             pos[rest] = at
             found[rest] = self.padded[at] == values[rest]

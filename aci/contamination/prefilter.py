@@ -64,29 +64,53 @@ def hash_grams(cols: list[np.ndarray]) -> np.ndarray:
 
 class Grams:
     """n-grams of one length as dense keys (their hashes, deduplicated) and, per dense code, its n-gram
-    set as keys with their IDF weights."""
+    set as keys with their IDF weights.
+
+    Built with numpy from the n-grams' tokens, each distinct set once (an item's judge check and its
+    question alone share one), so that no n-gram is a dict lookup: this index is built for every check,
+    and the lookups per n-gram per code cost as much as the rest of it."""
 
     def __init__(self, n: int, sets: list, idfs: list):
         self.n = n
-        grams = list(set(chain.from_iterable(sets)))  # any order: a key is its hash's rank
-        flat = np.fromiter(chain.from_iterable(grams), np.uint64, n * len(grams))
-        hashes = hash_grams(list(flat.reshape(-1, n).T)) if grams else np.zeros(0, np.uint64)
-        keys, key_of = np.unique(hashes, return_inverse=True)
+        uniq = {id(g): g for g in sets}  # each distinct set once, by identity
+        rank = {k: r for r, k in enumerate(uniq)}
+        size = np.fromiter(map(len, uniq.values()), np.int64, len(uniq))
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(uniq.values())), np.uint64, n * int(size.sum()))
+        cols = flat.reshape(-1, n).T
+        keys, key_of = np.unique(hash_grams(list(cols)) if len(flat) else np.zeros(0, np.uint64), return_inverse=True)
         self.keys, self.n_keys = SortedHashes(keys), len(keys)
-        self.key = dict(zip(grams, key_of.tolist(), strict=True))
         # each key's tokens (column k: its k-th token), to tell a key from an n-gram whose hash equals it;
         # None when two of the n-grams share a hash, and then nothing is decided from the keys alone
-        self.key_toks = None
-        if len(keys) == len(grams):
-            self.key_toks = np.empty((n, len(keys)), np.uint64)
-            self.key_toks[:, key_of] = flat.reshape(-1, n).T
+        self.key_toks = np.zeros((n, len(keys)), np.uint64)
+        self.key_toks[:, key_of] = cols
+        if not (self.key_toks[:, key_of] == cols).all():
+            self.key_toks = None
         self.dense = np.zeros(max(DENSE_CELLS, len(keys)), bool)  # `shares`' table, all False between calls
-        counts = np.array([len(s) for s in sets], np.int64)
+        # each code's n-grams: its set's keys, in the set's order, weighed by its IDF table
+        of_set = np.array([rank[id(g)] for g in sets], np.int64)
+        counts = size[of_set]
         self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        total = int(self.start[-1])
-        self.code_keys = np.fromiter(map(self.key.__getitem__, chain.from_iterable(sets)), np.int64, total)
-        self.code_w = np.fromiter(chain.from_iterable(map(idf.__getitem__, s) for s, idf in zip(sets, idfs, strict=True)),
-                                  np.float64, total)
+        self.code_keys = key_of[ranges((np.cumsum(size) - size)[of_set], counts)]
+        tables = {id(idf): idf for idf in idfs}
+        table = {k: r for r, k in enumerate(tables)}
+        self.weight = np.stack([self.weights(t) for t in tables.values()]) if tables else np.zeros((0, 0))
+        self.code_table = np.array([table[id(idf)] for idf in idfs], np.int64)  # each code's row of `weight`
+        self.code_w = self.weight[np.repeat(self.code_table, counts), self.code_keys]
+
+    def find_grams(self, grams) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each of `grams` (token tuples) has a key, and that key."""
+        flat = np.fromiter(chain.from_iterable(grams), np.uint64, self.n * len(grams))
+        return self.keys.find(hash_grams(list(flat.reshape(-1, self.n).T))) if len(flat) else (
+            np.zeros(0, bool), np.zeros(0, np.int64))
+
+    def weights(self, idf: dict[tuple, float]) -> np.ndarray:
+        """One IDF table's weight per key. Where n-grams share a key (a hash collision), the largest: the
+        sums stay bounds, and the stricter checks' exact shares run only without collisions among their
+        tables' n-grams, which are their sets' own."""
+        out = np.zeros(self.n_keys)
+        found, key = self.find_grams(list(idf))
+        np.maximum.at(out, key[found], np.fromiter(idf.values(), np.float64, len(idf))[found])
+        return out
 
     def shares(self, held_text: np.ndarray, held_key: np.ndarray, text: np.ndarray, code: np.ndarray) -> np.ndarray:
         """Per (text, code) pair, `text` sorted, each code with at least one n-gram: the weight of the
@@ -100,7 +124,7 @@ class Grams:
         out = np.zeros(len(code))
         if not len(code):
             return out
-        texts = np.unique(text)
+        texts = text[np.flatnonzero(np.diff(text, prepend=-1))]  # `text` is sorted: where it changes
         turn = max(1, len(self.dense) // self.n_keys)
         rank = np.full(int(max(texts[-1], held_text.max(initial=0))) + 1, -1, np.int64)
         for first in range(0, len(texts), turn):
@@ -109,7 +133,8 @@ class Grams:
             a, b = np.searchsorted(text, [chosen[0], chosen[-1] + 1])
             lo, hi = np.searchsorted(held_text, [chosen[0], chosen[-1] + 1])
             mine = rank[held_text[lo:hi]]
-            cells = (mine * self.n_keys + held_key[lo:hi])[mine >= 0]
+            own = np.flatnonzero(mine >= 0)  # the n-grams of this turn's texts
+            cells = mine[own] * self.n_keys + held_key[lo:hi][own]
             self.dense[cells] = True
             counts = self.start[code[a:b] + 1] - self.start[code[a:b]]
             at = ranges(self.start[code[a:b]], counts)
@@ -117,6 +142,22 @@ class Grams:
             out[a:b] = np.add.reduceat(self.code_w[at] * hit, np.cumsum(counts) - counts)
             self.dense[cells] = False
             rank[chosen] = -1
+        return out
+
+    def member(self, code: np.ndarray, pair: np.ndarray, key: np.ndarray) -> np.ndarray:
+        """Per query (`pair`, `key`), `pair` ascending: whether `key` is one of the n-grams of code
+        `code[pair]`. The codes' n-grams are flagged in `shares`' table, n_keys flags per code, in turns."""
+        out = np.zeros(len(pair), bool)
+        turn = max(1, len(self.dense) // self.n_keys)
+        counts = self.start[code + 1] - self.start[code]
+        for first in range(0, len(code), turn):
+            last = min(first + turn, len(code))
+            own = ranges(self.start[code[first:last]], counts[first:last])
+            cells = np.repeat(np.arange(last - first) * self.n_keys, counts[first:last]) + self.code_keys[own]
+            self.dense[cells] = True
+            a, b = np.searchsorted(pair, [first, last])
+            out[a:b] = self.dense[(pair[a:b] - first) * self.n_keys + key[a:b]]
+            self.dense[cells] = False
         return out
 
 
@@ -163,10 +204,13 @@ class Prefilter:
         self.rest_a = np.array([sum(w for f, w in it.weights.items() if f not in ("question", "answer")) if it
                                 else 0.0 for it in answer], np.float64)
         # key -> the codes the probe index files under it
-        probe = sorted((self.q.key[g], code_of[code]) for g, codes in index.probe.post.items() for code in codes
-                       if code in code_of)
-        self.probe_codes = np.array([c for _, c in probe], np.int64)
-        self.probe_start = np.searchsorted(np.array([k for k, _ in probe], np.int64), np.arange(self.q.n_keys + 1))
+        post = index.probe.post
+        _, key = self.q.find_grams(list(post))
+        entries = [(k, code_of[code]) for k, codes in zip(key.tolist(), post.values(), strict=True) for code in codes
+                   if code in code_of]
+        probe = np.array(sorted(entries), np.int64).reshape(-1, 2)
+        self.probe_codes = probe[:, 1]
+        self.probe_start = np.searchsorted(probe[:, 0], np.arange(self.q.n_keys + 1))
         # word -> its tokens, the reference's words first, for the checks that read word ids
         fields = [tuple(f.split() for f in c) for c in index.cleaned]  # each item's question, answer, passage
         vocab = sorted({w for f in fields for words in f for w in words})
@@ -174,15 +218,9 @@ class Prefilter:
         self.words = WordIds(index.tokens, vocab)
         self.short = ShortIndex(fields, index.skipped_at, key)
         self.close = CloseIndex(fields, key)
-        # the stricter checks' n-grams as sorted code * n_keys + key, with their integer weights, for
-        # `alone_shares` (which runs only where these sums are exact in float64)
+        # the stricter checks' codes, whose shares `alone_shares` computes where their integer weights' sums
+        # are exact in float64
         self.alone = np.array([c.check != JUDGE for c in checks], bool)
-        owner = np.repeat(np.arange(self.n_codes), np.diff(self.q.start))
-        mine = self.alone[owner]
-        cells = owner[mine] * self.q.n_keys + self.q.code_keys[mine]
-        order = np.argsort(cells, kind="stable")
-        self.alone_cells = np.append(cells[order], np.iinfo(np.int64).max)  # and one that no lookup equals
-        self.alone_w = self.q.code_w[mine][order]
         self.exact = self.q.key_toks is not None and (self.norm[self.alone].max(initial=0) < 2.0 ** 53)
 
     def keep(self, rows: list[Row]) -> list[dict[int, float | None] | None]:
@@ -191,20 +229,20 @@ class Prefilter:
         stricter check's share in the row's text where computed here (else None)."""
         return self.check(rows)[0]
 
-    def check(self, rows: list[Row]) -> tuple[list[dict[int, float | None] | None], list[list[tuple]]]:
-        """`keep`'s answer, and per row the short items' copies and the close variants found in it, as
-        (label, item, component, score, required)."""
-        texts, owner, main = [], [], []
+    def check(self, rows: list[Row]) -> tuple[list[dict[int, float | None] | None], dict[int, list[tuple]]]:
+        """`keep`'s answer, and the short items' copies and the close variants found in the rows, as
+        (label, item, component, score, required) per row that has any (by its position in `rows`).
+
+        The batch's texts are the rows' own texts in order, then the few texts the judge's tool would
+        read besides (`Row.tool_text`), so that text k is row k's for most texts."""
+        texts = [r.text for r in rows]
+        owner = list(range(len(rows)))
         for k, r in enumerate(rows):
-            texts.append(r.text)
-            owner.append(k)
-            main.append(True)
             if r.tool_text is not None and not r.tool_inside:
                 texts.append(r.tool_text)
                 owner.append(k)
-                main.append(False)
         ids, per_text = self.words.ids(texts)
-        main = np.array(main, bool)
+        main = np.arange(len(texts)) < len(rows)
         out: list[dict[int, float | None] | None] = [None] * len(rows)
         text, code, share = self.survivors(ids, per_text, main)
         for t, c, s in zip(text.tolist(), code.tolist(), share.tolist(), strict=True):
@@ -215,12 +253,12 @@ class Prefilter:
                 out[k][self.probe_code[c]] = s
             else:
                 out[k].setdefault(self.probe_code[c], None)
-        found: list[list[tuple]] = [[] for _ in rows]
+        found: dict[int, list[tuple]] = {}
         if self.short:
             for t, i in zip(*(a.tolist() for a in self.short.find(ids, per_text)), strict=True):
-                found[owner[t]].append(("short", i, "", 1.0, 1.0))
+                found.setdefault(owner[t], []).append(("short", i, "", 1.0, 1.0))
         for t, i, c, s, need in zip(*(a.tolist() for a in self.close.find(ids, per_text, main)), strict=True):
-            found[owner[t]].append(("close", i, COMPONENTS[c], s, need))
+            found.setdefault(owner[t], []).append(("close", i, COMPONENTS[c], s, need))
         return out, found
 
     def survivors(self, ids: np.ndarray, per_text: np.ndarray, main: np.ndarray
@@ -229,12 +267,10 @@ class Prefilter:
         stricter check in a `main` text (NaN for the others); `ids`, `per_text`: the texts' word ids."""
         n = len(per_text)
         out = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-        lengths = self.words.length[ids]
-        ends = np.cumsum(lengths)
-        total = int(ends[-1]) if len(ends) else 0
+        toks, ends = self.words.tokens_of(ids)
+        total = len(toks)
         if total < Q_N or not self.n_codes:
             return out
-        toks = self.words.flat[ranges(self.words.offset[ids], lengths)]
         word_end = np.cumsum(per_text)
         text_end = np.concatenate([[0], ends])[word_end]
         tok_text = np.repeat(np.arange(n), np.diff(text_end, prepend=0))
@@ -242,12 +278,15 @@ class Prefilter:
         inside = tok_text[:m] == tok_text[Q_N - 1:]  # n-grams that do not cross into the next text
         found, pos = self.q.keys.find(hash_grams([toks[k:k + m] for k in range(Q_N)])[inside])
         # every n-gram held: where it starts, its text and its key
+        found = np.flatnonzero(found)  # once: about half the n-grams, in no pattern a mask would follow fast
         at, held_key = np.flatnonzero(inside)[found], pos[found]
         held_text = tok_text[at]
-        # (text, code) pairs the probe names
+        # (text, code) pairs the probe names, through the few n-grams held that it files codes under
         counts = self.probe_start[held_key + 1] - self.probe_start[held_key]
-        pairs = np.unique(np.repeat(held_text * self.n_codes, counts)
-                          + self.probe_codes[ranges(self.probe_start[held_key], counts)])
+        probed = np.flatnonzero(counts)
+        counts = counts[probed]
+        pairs = np.unique(np.repeat(held_text[probed] * self.n_codes, counts)
+                          + self.probe_codes[ranges(self.probe_start[held_key[probed]], counts)])
         if not len(pairs):
             return out
         text, code = np.divmod(pairs, self.n_codes)
@@ -257,7 +296,7 @@ class Prefilter:
         # a long answer counts with its 3-grams' share in place of in full
         t = np.flatnonzero(ok & self.tracked[code])
         if len(t):
-            answer = self.answer_shares(toks, tok_text, text[t], code[t])
+            answer = self.answer_shares(toks, text_end, text[t], code[t])
             ok[t] = self.w_q[code[t]] * share[t] + self.w_a[code[t]] * answer + self.rest_a[code[t]] >= self.need[code[t]]
         text, code = text[ok], code[ok]
         exact = np.full(len(code), np.nan)
@@ -274,14 +313,12 @@ class Prefilter:
         counts = np.searchsorted(held_text, text, "right") - first
         e = ranges(first, counts)  # each pair's n-grams found, in order
         pair = np.repeat(np.arange(len(text)), counts)
-        cell = np.repeat(code * self.q.n_keys, counts) + key[e]
-        w = np.searchsorted(self.alone_cells, cell)
-        mine = self.alone_cells[w] == cell  # the code holds the n-gram's key
-        start, key, pair, w = at[e[mine]], key[e[mine]], pair[mine], w[mine]
+        mine = np.flatnonzero(self.q.member(code, pair, key[e]))  # the code holds the n-gram's key
+        start, key, pair = at[e[mine]], key[e[mine]], pair[mine]
         same = np.ones(len(key), bool)  # and the n-gram is the key's own, not one whose hash only equals it
         for k in range(Q_N):
             same &= toks[start + k] == self.q.key_toks[k][key]
-        start, key, pair, w = start[same], key[same], pair[same], w[same]
+        start, key, pair = start[same], key[same], pair[same]
         best = np.zeros(len(text))
         if not len(key):
             return best
@@ -291,15 +328,17 @@ class Prefilter:
         run = np.cumsum(new) - 1
         # each run's distinct n-grams, weighed: sums of integers below 2^53, exact in any order
         cells, one = np.unique(run * self.q.n_keys + key, return_index=True)
-        sums = np.bincount(cells // self.q.n_keys, weights=self.alone_w[w[one]], minlength=int(run[-1]) + 1)
+        weight = self.q.weight[self.q.code_table[code[pair[one]]], key[one]]
+        sums = np.bincount(cells // self.q.n_keys, weights=weight, minlength=int(run[-1]) + 1)
         np.maximum.at(best, pair[new], sums)
         return best / self.norm[code]
 
-    def answer_shares(self, toks, tok_text, text, code) -> np.ndarray:
-        """Per (text, code) pair: the IDF share of the code's answer 3-grams found anywhere in the text."""
-        chosen = np.zeros(tok_text[-1] + 1, bool)
-        chosen[text] = True
-        at = np.flatnonzero(chosen[tok_text[:len(toks) - A_N + 1]])
-        at = at[tok_text[at] == tok_text[at + A_N - 1]]  # 3-grams that do not cross into the next text
+    def answer_shares(self, toks, text_end, text, code) -> np.ndarray:
+        """Per (text, code) pair, `text` sorted: the IDF share of the code's answer 3-grams found anywhere
+        in the text (`text_end`: where each text's tokens end). Only these texts' 3-grams are hashed."""
+        texts = text[np.flatnonzero(np.diff(text, prepend=-1))]
+        begin = np.concatenate([[0], text_end])[texts]
+        counts = np.maximum(text_end[texts] - begin - (A_N - 1), 0)
+        at = ranges(begin, counts)  # each text's 3-grams, none crossing into the next text
         found, pos = self.a.keys.find(hash_grams([toks[at + k] for k in range(A_N)]))
-        return self.a.shares(tok_text[at[found]], pos[found], text, code) / self.a_total[code]
+        return self.a.shares(np.repeat(texts, counts)[found], pos[found], text, code) / self.a_total[code]

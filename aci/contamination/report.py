@@ -33,10 +33,8 @@ class Match:
     passage: float | None = None
 
     def as_dict(self, refs: list[RefItem]) -> dict:
-        ref = refs[self.item]
-        out = {"reference": ref.name, "item": ref.index, "line": ref.line, "excerpt": ref.excerpt,
-               "label": self.label, "component": self.component, "score": round(self.score, 4),
-               "required": round(self.required, 4)}
+        out = {**refs[self.item].head, "label": self.label, "component": self.component,
+               "score": round(self.score, 4), "required": round(self.required, 4)}
         if self.label in ("judge", "stricter"):  # the n-gram checks' question share; the others have none
             out["question"] = round(self.question, 4)
         if self.answer is not None:

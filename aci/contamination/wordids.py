@@ -101,6 +101,23 @@ class WordIds:
             self._add(blob, starts, ends, rest, ids, (h, lo, hi, length))
         return ids, per_text
 
+    def tokens_of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens of words `ids` in a row, and where each word's tokens end. Every word's first token
+        is placed, then the second of the words that have one (a number is a space, then digits), and so
+        on: numpy repeats many short runs (a gather of each word's tokens by `lookup.ranges`) at several
+        times the cost of these few gathers."""
+        length = self.length[ids]
+        ends = np.cumsum(length)
+        first, offset = ends - length, self.offset[ids]
+        toks = np.empty(int(ends[-1]) if len(ends) else 0, np.uint64)
+        toks[first] = self.flat[offset]
+        k, more = 1, np.flatnonzero(length > 1)
+        while len(more):
+            toks[first[more] + k] = self.flat[offset[more] + k]
+            k += 1
+            more = more[np.flatnonzero(length[more] > k)]
+        return toks, ends
+
     def _add(self, blob: bytes, starts, ends, rest: np.ndarray, ids: np.ndarray, packed: tuple) -> None:
         """Resolve the words at `rest` through the dict, tokenising and tabling the new ones."""
         toks: list[int] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 from aci.errors import ACIError, where
@@ -71,7 +72,7 @@ def _jsonl_rows(path: Path, f) -> Iterator[tuple[int, dict]]:
     seen = False
     scan = _DECODER.scan_once
     # A line is read up to the cap and a little more, never whole: a longer one is refused unread
-    for n, raw in enumerate(iter(lambda: f.readline(MAX_ROW_BYTES + 3), b""), 1):
+    for n, raw in enumerate(iter(partial(f.readline, MAX_ROW_BYTES + 3), b""), 1):
         if len(raw) > MAX_ROW_BYTES and len(raw.rstrip(b"\r\n")) > MAX_ROW_BYTES:
             raise _too_long(path, n, f"over {MAX_ROW_BYTES >> 20} MiB")
         # The usual line (UTF-8, one JSON object, its newline) in a few C calls. Any other line (a BOM, a
