@@ -19,7 +19,7 @@ FRAMEWORK = {"aci.registry", "aci.envelope"}
 # The registry finds the tool modules by listing the `aci.tools` package (which holds no code), so a new
 # tool needs no hand-kept list: the one import that points up, by design.
 DISCOVERY = ("aci.registry", "aci.tools")
-MAX_LINES = 420
+MAX_LINES = 400
 LARGE: set[str] = set()  # modules allowed over the limit while their split is pending
 
 
