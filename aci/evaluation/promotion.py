@@ -91,6 +91,24 @@ def comparison(ctx: Context, a: str, b: str, prefer: dict | None = None) -> tupl
                              checkpoints.min_samples(ctx))
 
 
+def to_beat(ctx: Context) -> str:
+    """The checkpoint a new one is compared with and must beat to be promoted: the current best, else base."""
+    return ctx.best.checkpoint if ctx.best else BASE
+
+
+def compare(ctx: Context, checkpoint: str, against: str | None = None) -> stats.Comparison:
+    """`checkpoint`'s latest evaluation against `against`'s (default: `to_beat`) with the same evaluator and
+    limit; a clear error when they are one checkpoint or have no such pair."""
+    a = checkpoints.resolve(ctx, checkpoint).id
+    b = checkpoints.resolve(ctx, against).id if against else to_beat(ctx)
+    if a == b:
+        raise ACIError(f"compare needs two different checkpoints (both are {a}); pass --against")
+    found = comparison(ctx, a, b)
+    if found is None:
+        raise no_pair_error(ctx, a, b)
+    return found[1]
+
+
 def no_pair_error(ctx: Context, a: str, b: str, rule: str | None = None) -> ACIError:
     msg = _no_pair_message(ctx, a, b)
     return _refuse(ctx, rule, msg) if rule else ACIError(msg)
@@ -173,7 +191,7 @@ def promote(ctx: Context, ref: str, *, parent: str | None = None, prefer: dict |
             raise _refuse(ctx, "base-model-only", f"{ck.id} is not derived from the base model (parent chain: {chain}; "
                           f"register a path with --parent <the checkpoint it was trained from>)")
         _check_architecture(ctx, ck)
-        reference = best.checkpoint if best else BASE
+        reference = to_beat(ctx)
         if ck.id == reference:  # the floor (base before any promotion) or re-installing a lost best
             mine = checkpoints.evaluations(ctx, ck.id)
             if not mine:

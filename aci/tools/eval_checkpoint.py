@@ -78,10 +78,6 @@ def _spec(inp: EvalCheckpointInput) -> runner.EvalSpec:
     return runner.EvalSpec.model_validate(inp.model_dump(include=set(runner.EvalSpec.model_fields)))
 
 
-def _reference(ctx: Context) -> str:
-    return ctx.best.checkpoint if ctx.best else checkpoints.BASE
-
-
 def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
     ck = checkpoints.resolve(ctx, inp.checkpoint, inp.parent)
     spec = _spec(inp)
@@ -96,7 +92,7 @@ def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
     out = EvalCheckpointOutput(action="evaluate", result=entry, warnings=list(entry.get("warnings", [])))
     few = final_scoring.trials_warning(ctx.rules.profile.final_eval, ctx.card.benchmark, ck.sampling, spec.seed_list())
     out.warnings += [few] if few else []
-    ref = _reference(ctx)
+    ref = promotion.to_beat(ctx)
     if ck.id != ref:
         found = promotion.comparison(ctx, ck.id, ref, prefer=entry)
         if found and checkpoints.key(found[0]) == checkpoints.key(entry):
@@ -155,13 +151,6 @@ def eval_checkpoint(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOut
     if inp.action == "evaluate":
         return _evaluate(inp, ctx)
     if inp.action == "compare":
-        a = checkpoints.resolve(ctx, inp.checkpoint).id
-        b = checkpoints.resolve(ctx, inp.against).id if inp.against else _reference(ctx)
-        if a == b:
-            raise ACIError(f"compare needs two different checkpoints (both are {a}); pass --against")
-        found = promotion.comparison(ctx, a, b)
-        if found is None:
-            raise promotion.no_pair_error(ctx, a, b)
-        return EvalCheckpointOutput(action="compare", comparison=found[1])
+        return EvalCheckpointOutput(action="compare", comparison=promotion.compare(ctx, inp.checkpoint, inp.against))
     result = promotion.promote(ctx, inp.checkpoint, parent=inp.parent, set_template=inp.set_template)
     return EvalCheckpointOutput(action="promote", promotion=result, comparison=result.comparison)
