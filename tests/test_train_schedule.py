@@ -50,6 +50,19 @@ def test_the_plan_moves_its_decay_earlier_when_the_rate_falls_and_ends_on_time()
     assert plan.end - plan.decay_from >= schedule.DECAY_SHARE * plan.end - 1
 
 
+def test_a_slowdown_that_passes_costs_only_its_own_steps():
+    """A few very slow steps (an evaluation sharing the machine) pull the end in and start the decay; once
+    the rate is back, the decay stretches to the end the clock allows again, falling all the way."""
+    spike = lambda step: 20.0 if 150 < step <= 153 else 1.0  # noqa: E731
+    plan, factors, ends, why = _simulate(spike, total=1000, stop_s=300.0)
+    assert why == "planned end"
+    margin = pace.SAVE_SAFETY * pace.SAVE_FIXED_S
+    assert ends[plan.end] + margin <= 300.0  # still in time
+    assert ends[plan.end] >= 300.0 - margin - 25.0  # but not ended early for steps that ran slow only briefly
+    decay = factors[plan.decay_from:plan.end + 1]
+    assert all(a >= b for a, b in zip(decay, decay[1:], strict=False)) and decay[-1] == schedule.FLOOR
+
+
 def test_without_a_clock_the_plan_is_plain_wsd_over_the_steps():
     plan, factors, _, why = _simulate(lambda step: 1.0, total=100, stop_s=None, warmup=5)
     assert why == "planned end" and plan.end == 100 and plan.decay_from == 100 - 20 - 1

@@ -9,7 +9,12 @@ matched cosine), so the decay can start whenever the clock says. `Wsd` is told a
 step how many more steps still end, and save, before the stop time at the rate measured so far
 (`aci.training.pace`); it starts a linear decay to `FLOOR` when the run enters the last `DECAY_SHARE`
 of that end. Should the rate fall during the decay, the decay is re-anchored where it is and ends
-sooner; it never moves later. The decay's end is the job's planned end: the job saves there and stops.
+sooner. Should it recover (a few slow steps while an evaluation shared the machine pulled the end in),
+the decay is stretched from where it is to the later end, so a slowdown that passed costs its own
+steps, not the rest of the run. The rate still only falls, and a later end must add `STRETCH_SHARE` of
+a full decay's steps (`DECAY_SHARE` of the end): more than the plan's `pace.HEADROOM` gives back over a
+decay at a steady rate, and more than a decay cut short by falls has left, so a wavering rate re-plans
+seldom. The decay's end is the job's planned end: the job saves there and stops.
 
 The plan is re-decided between the optimizer's step and the scheduler's (the callback's
 `on_optimizer_step`), so the rate of the very next step already follows it; a decay decided after step
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 
 DECAY_SHARE = 0.2
 MIN_DECAY_STEPS = 2
+STRETCH_SHARE = 0.2  # a decay moves later only by at least this share of a full decay's steps
 FLOOR = 0.0  # the learning rate at the planned end, over the peak
 
 
@@ -74,11 +80,14 @@ class Wsd:
         if end <= step:  # not one more step fits: the caller stops and saves now
             return None
         if self.decay_from is not None:
-            if end >= self.end:
-                return None
             before = self.end
+            if end < before:
+                self._anchor(step, end)
+                return f"the step rate fell: the decay now ends at step {end} (was {before})"
+            if end - before < math.ceil(STRETCH_SHARE * self.decay_steps(before)):
+                return None
             self._anchor(step, end)
-            return f"the step rate fell: the decay now ends at step {end} (was {before})"
+            return f"the step rate recovered: the decay now ends at step {end} (was {before})"
         self.end = end
         if step < self.warmup:  # the warmup is a share of the run as it will end, not of steps it will not reach
             self.warmup = max(step + 1, math.ceil(self.warmup_share * end))
