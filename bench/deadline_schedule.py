@@ -2,12 +2,13 @@
 schedule still end, with a checkpoint, before the stop time and near the learning rate's floor?
 
 On the demo model (`aci.embedded`, "demo"), as the train skill has it: `aci train dry-run --measure-steps
-20` measures the throughput; the run's deadline is set so that a job's stop time (deadline minus the
-final reserve) is `--stop-in` seconds away; a dry-run with far more steps says how many fit at the
-measured rate, and `aci train start` (a fresh CLI process) launches that many with the default schedule
-(`wsd`; `--schedule cosine` runs the same with transformers' cosine, to compare). `--slow-after` seconds (20)
-after the job's first step, a competitor starts: one busy-looping process per CPU core, until the job
-ends, so the job runs slower than its estimate. Then the bench reads what the job registered in state
+20` measures the throughput; the run's deadline is set so that a job's stop time (the deadline minus the
+final reserve, for a run this short a share of its budget) is `--stop-in` seconds away; a dry-run with
+far more steps says how many fit at the measured rate, and `aci train start` (a fresh CLI process)
+launches that many with the default schedule (`wsd`; `--schedule cosine` runs the same with
+transformers' cosine, to compare). `--slow-after` seconds (20) after the job's first step, a competitor
+starts: one busy-looping process per CPU core, until the job ends, so the job runs slower than its
+estimate. Then the bench reads what the job registered in state
 and prints its schedule changes, how it ended, and last:
 
     saved_before_stop=yes|no   (the last registered checkpoint's time against the stop time)
@@ -34,6 +35,7 @@ from train_overhead import ACI, CHOSEN, demo_run  # noqa: E402 (the overhead ben
 
 from aci import jobfiles  # noqa: E402
 from aci.context import Context  # noqa: E402
+from aci.processes import alive  # noqa: E402
 from aci.state import now, parse_ts, read_jsonl  # noqa: E402
 
 BUSY = "while True: pass"
@@ -48,8 +50,7 @@ def main() -> None:
     with demo_run() as work:
         args = [f"--{k.replace('_', '-')}={v}" for k, v in CHOSEN.items() if k != "lr_schedule"]
         aci(work, "train", "dry-run", "--data", "data.jsonl", *args, "--measure-steps=20")
-        reserve = Context(state=work / "state", workdir=work).clock.reserve
-        aci(work, "plan", "update", "--deadline", (now() + reserve + timedelta(seconds=a.stop_in)).isoformat())
+        stop_in(work, a.stop_in)
         est = aci(work, "train", "dry-run", "--data", "data.jsonl", *args, "--max-steps=100000")["checks"]["estimate"]
         fit = int(0.95 * est["steps_that_fit"])  # the seconds until the start leave a little less
         print(f"the start gate estimates {est['steps_that_fit']} steps fit at {est['tokens_per_s']:.0f} tokens/s "
@@ -60,6 +61,21 @@ def main() -> None:
         stop_at = parse_ts(json.loads((folder / jobfiles.CONFIG).read_text())["stop_at"])
         competitors = run_with_competitor(folder, a.slow_after)
         report(work, folder, job, stop_at, competitors)
+
+
+def stop_in(work: Path, seconds: float) -> None:
+    """Set the run's deadline so that a job started now stops `seconds` from now. The final reserve depends
+    on the budget the deadline leaves (a short run keeps a share of it), so the deadline is corrected by
+    what the run's own clock then says, until the two agree within a second."""
+    target = now() + timedelta(seconds=seconds)
+    deadline = target
+    for _ in range(10):
+        aci(work, "plan", "update", "--deadline", deadline.isoformat(timespec="seconds"))
+        stop = Context(state=work / "state", workdir=work).clock.job_stop()
+        if abs((stop - target).total_seconds()) < 1:
+            return
+        deadline += target - stop
+    raise SystemExit(f"could not set a stop time {seconds:.0f} s away: the clock says {stop.isoformat()}")
 
 
 def aci(work: Path, *argv: str) -> dict:
@@ -93,6 +109,9 @@ def run_with_competitor(folder: Path, slow_after: float) -> int:
         for p in procs:
             p.kill()
             p.wait()
+    supervisor = json.loads((folder / jobfiles.JOB).read_text())["supervisor_pid"]
+    while alive(supervisor):  # it commits the job's end after exit.json: the folder is removed after this
+        time.sleep(0.05)
     return len(procs)
 
 
@@ -100,9 +119,10 @@ def report(work: Path, folder: Path, job: str, stop_at, competitors: int) -> Non
     progress = _progress(folder)
     ended = json.loads((folder / jobfiles.EXIT).read_text())
     cfg = json.loads((folder / jobfiles.CONFIG).read_text())
-    for line in (folder / jobfiles.LOG).read_text().splitlines():
-        if line.startswith("[aci] schedule:"):
-            print(line)
+    changes = [line for line in (folder / jobfiles.LOG).read_text().splitlines() if line.startswith("[aci] schedule:")]
+    print(f"{len(changes)} schedule change(s)" + (", the first and last 3:" if len(changes) > 6 else ":" if changes else ""))
+    for line in changes if len(changes) <= 6 else changes[:3] + ["..."] + changes[-3:]:
+        print(line)
     fc = progress.get("schedule") or {}
     print(f"job {job} {ended['status']} at step {progress.get('step')} of {progress.get('total_steps')} planned "
           f"({cfg['lr_schedule']}): {progress.get('stop_reason') or ended.get('reason') or 'its planned steps'}")
