@@ -183,6 +183,30 @@ def test_a_timeout_leaves_no_process_behind_in_bubblewrap():
     assert not left, left
 
 
+def test_a_python_installed_under_tmp_keeps_the_full_sandbox():
+    """A checkout in /tmp has its venv there, where the sandbox mounts the work folder: the venv must stay
+    visible inside (bound after the work folder), or every grade falls back to the partial sandbox."""
+    from aci.graders.code import sandbox
+
+    if sandbox().kind != "full":
+        missing("bubblewrap (bwrap; apt-get install bubblewrap)")
+    import site
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        venv = Path(tmp) / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        paths = os.pathsep.join([str(Path(__file__).resolve().parent.parent), *site.getsitepackages()])
+        code = ("import sys; from aci.graders import grader_for; from aci.graders.code import sandbox\n"
+                "assert sys.prefix.startswith('/tmp/'), sys.prefix\n"
+                "s = grader_for('unit-tests').score({'id': 't', 'gold': {'answer': 'x', 'tests': 'assert f() == 1'}},"
+                " 'def f():\\n    return 1\\n')\n"
+                "print(sandbox().kind, s.score, s.reason)")
+        done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": paths}, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[:2] == ["full", "1.0"], done.stdout
+
+
 def _harness_processes() -> list[str]:
     left = []
     for p in Path("/proc").iterdir():

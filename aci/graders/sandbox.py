@@ -120,16 +120,20 @@ def _bwrap_args(work: Path, *, root: bool) -> list[str]:
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
-    made: set[str] = set()
+    # The work folder first: a Python installation under /tmp (a venv in a checkout there) is bound on top of
+    # it, where binding the work folder last would hide it
+    args += ["--bind", str(work), INSIDE]
+    made: set[str] = {INSIDE}
     for prefix in _python_dirs():
         parts = prefix.strip("/").split("/")
         for i in range(1, len(parts)):  # traversable parents (bwrap makes them 0700), e.g. /root of /root/.pyenv
             parent = "/" + "/".join(parts[:i])
             if parent not in made:
                 made.add(parent)
-                args += ["--perms", "0755", "--dir", parent]
+                inside = parent.startswith(INSIDE + "/")  # a folder in the work folder: made there, as it is
+                args += ["--dir", parent] if inside else ["--perms", "0755", "--dir", parent]
         args += ["--ro-bind", prefix, prefix]
-    return [*args, "--proc", "/proc", "--dev", "/dev", "--bind", str(work), INSIDE, "--chdir", INSIDE]
+    return [*args, "--proc", "/proc", "--dev", "/dev", "--chdir", INSIDE]
 
 
 def bwrap_binary() -> str | None:
