@@ -22,9 +22,11 @@ import subprocess
 import sys
 import time
 
+from aci.graders.sandbox import BWRAP_ENV
+
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 40
 R = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-SIDES = {"bwrap": {}, "no_bwrap": {"ACI_BWRAP": ""}}  # side -> what its process's environment changes
+SIDES = {"bwrap": {}, "no_bwrap": {BWRAP_ENV: ""}}  # side -> what its process's environment changes
 
 
 def task(i: int) -> tuple[dict, str]:
