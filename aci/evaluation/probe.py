@@ -89,11 +89,11 @@ def from_grader(spec: str, source: str) -> Format | None:
     return None
 
 
-def answer_format(ctx: Context) -> Format | None:
-    from aci.goal import benchmark_card
+def answer_format(ctx: Context, card: dict) -> Format | None:
+    """The answer format the benchmark card (`card`) names, else the one its grader implies."""
     from aci.verify import card_grader
 
-    fmt = benchmark_card(ctx).get("answer_format")
+    fmt = card.get("answer_format")
     if isinstance(fmt, str) and fmt.strip():
         found = from_text(fmt, f"the benchmark card's answer format {fmt!r}")
         if found:
@@ -102,10 +102,9 @@ def answer_format(ctx: Context) -> Format | None:
     return from_grader(grader, f"the grader {grader} ({where})") if grader else None
 
 
-def _item(ctx: Context) -> tuple[str | None, str]:
-    """The first test item's question and where it came from (None: no reference and no card example)."""
-    from aci.goal import benchmark_card
-
+def _item(ctx: Context, card: dict) -> tuple[str | None, str]:
+    """The first test item's question and where it came from (None: no reference and no example on the
+    benchmark card, `card`)."""
     ref = ctx.card.reference if ctx.card else None
     if ref:
         from aci.tasks import load_tasks
@@ -118,7 +117,7 @@ def _item(ctx: Context) -> tuple[str | None, str]:
                 return users[-1], f"the first item of {Path(ref['path']).name}"
         except (ACIError, StopIteration, OSError, KeyError):
             pass
-    example = benchmark_card(ctx).get("example")
+    example = card.get("example")
     if isinstance(example, str) and example.strip():
         return example, "the benchmark card's example"
     return None, "a fixed arithmetic question (no reference items or benchmark card example)"
@@ -127,10 +126,10 @@ def _item(ctx: Context) -> tuple[str | None, str]:
 def probe(ctx: Context) -> Probe:
     from aci.goal import benchmark_card
 
-    card = benchmark_card(ctx)
-    question, item = _item(ctx)
+    card = benchmark_card(ctx)  # one read of the journal for the item, its wording and its format
+    question, item = _item(ctx, card)
     if question is None:
-        return Probe(FALLBACK, item, answer_format(ctx))
+        return Probe(FALLBACK, item, answer_format(ctx, card))
     prompt, system = card.get("prompt"), card.get("system")
     content = prompt.replace("{question}", question) if isinstance(prompt, str) and "{question}" in prompt \
         else question
@@ -139,5 +138,5 @@ def probe(ctx: Context) -> Probe:
     messages = ([{"role": "system", "content": system}] if isinstance(system, str) and system else []) + \
         [{"role": "user", "content": content}]
     tokens = card.get("max_tokens")
-    return Probe(messages, item, answer_format(ctx),
+    return Probe(messages, item, answer_format(ctx, card),
                  tokens if isinstance(tokens, int) and 0 < tokens <= 4096 else MAX_NEW_TOKENS)
