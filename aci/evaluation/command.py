@@ -17,7 +17,7 @@ of the one per-sample JSONL log it wrote; otherwise it is unknown, never the lim
 the command has no `{limit}` for is refused rather than reported as applied.
 
 Users type the command they run by hand (`python evaluate.py --model-path final_model --limit -1`);
-`options.translate` turns it into the template once, at `plan init`, and says what it changed.
+`translation.translate` turns it into the template once, at `plan init`, and says what it changed.
 """
 
 from __future__ import annotations
