@@ -59,6 +59,7 @@ _NOT = {
     "output": re.compile(r"dir|folder|log"),
     "seed": re.compile(r"^$"),
 }
+_OPTION_NAME = re.compile(r"-{1,2}[A-Za-z0-9][\w.-]*")  # what a command line's option name looks like
 _DIRECTORY = re.compile(r"(?i)\b(directory|folder|dir)\b")
 _ALL_WORDS = re.compile(r"(?i)\b(all|every|entire|whole|full|no limit|unlimited)\b")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
@@ -86,6 +87,11 @@ class Help:
 
     def find(self, name: str) -> HelpOption | None:
         return next((o for o in self.options if name in o.names), None)
+
+    def names_of(self, name: str) -> tuple[str, ...]:
+        """Every name of option `name` (`-n, --limit`), or the name alone when the help does not list it."""
+        found = self.find(name)
+        return found.names if found else (name,)
 
 
 def program(parts: list[str]) -> list[str]:
@@ -151,7 +157,7 @@ def _spec(spec: str) -> tuple[list[str], bool]:
         if not words:
             continue
         head, _, inline = words[0].partition("=")
-        if not re.fullmatch(r"-{1,2}[A-Za-z0-9][\w.-]*", head):
+        if not _OPTION_NAME.fullmatch(head):
             return [], False
         names.append(head)
         takes = takes or bool(inline) or len(words) > 1
@@ -207,7 +213,7 @@ def roles(parts: list[str], help: Help, given: dict[str, str]) -> tuple[dict[str
     """(role -> option, role -> how it was placed, role -> options that tie for it)."""
     placed, how, ties = {}, {}, {}
     for role, opt in given.items():
-        if not re.fullmatch(r"-{1,2}[A-Za-z0-9][\w.-]*", opt or ""):
+        if not _OPTION_NAME.fullmatch(opt or ""):
             raise ACIError(f"{WHAT[role]} option {opt!r} is not an option name (e.g. --n)")
         placed[role], how[role] = opt, "given"
     typed = {p.partition("=")[0] for p in parts if p.startswith("-")}
@@ -217,7 +223,7 @@ def roles(parts: list[str], help: Help, given: dict[str, str]) -> tuple[dict[str
     for role in ROLES:
         if role in placed or not help.options:
             continue
-        taken = {n for o in placed.values() for n in (help.find(o).names if help.find(o) else (o,))}
+        taken = {n for o in placed.values() for n in help.names_of(o)}
         name, tie = place(role, help, taken)
         if name:
             placed[role], how[role] = name, f"its name and help in {help.source}"

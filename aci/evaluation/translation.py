@@ -73,7 +73,7 @@ def translate(typed: str, help: Help | None = None, given: dict[str, str] | None
     parts = split(typed)
     help = help or Help(problem="not read")
     placed, how, ties = roles(parts, help, given or {})
-    aliases = {n: role for role, opt in placed.items() for n in (help.find(opt).names if help.find(opt) else (opt,))}
+    aliases = {n: role for role, opt in placed.items() for n in help.names_of(opt)}
     out, changes, typed_values = [], [], {}
     k = 0
     while k < len(parts):
