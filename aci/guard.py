@@ -100,8 +100,11 @@ def closing_note(ctx: Context) -> str | None:
     work_left = ctx.clock.left_for_work()
     if not ctx.card or work_left is None or work_left.total_seconds() > 0:
         return None
-    return (f"Stopping is fine now: {end_state(ctx)}. Make your last message say that this is why the run "
-            f"ends, then stop.")
+    return _stopping_is_fine(end_state(ctx))
+
+
+def _stopping_is_fine(where: str) -> str:
+    return f"Stopping is fine now: {where}. Make your last message say that this is why the run ends, then stop."
 
 
 def end_of_run(ctx: Context, how: str) -> str | None:
@@ -119,10 +122,10 @@ def _closing(ctx: Context) -> dict | None:
     message. Afterwards (the reason journaled) stopping goes through."""
     if any(e.get("kind") == END for e in ctx.state.journal()):
         return None
-    note = closing_note(ctx)
-    with ctx.state.event(END, f"Stop guard: stopping is fine: {end_state(ctx)}", tool="guard"):
+    where = end_state(ctx)  # once: it reads the journal (the gates); called only in the final reserve
+    with ctx.state.event(END, f"Stop guard: stopping is fine: {where}", tool="guard"):
         pass
-    return {"decision": "block", "reason": note}
+    return {"decision": "block", "reason": _stopping_is_fine(where)}
 
 
 def _best_text(ctx: Context) -> str:
