@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 from aci import jobfiles, records
 from aci.errors import ACIError
 from aci.processes import alive, carrying, signal_group, start_time
-from aci.state import STATE_ENV, State, atomic_write_json, iso, now, read_json
+from aci.state import STATE_ENV, State, atomic_write_json, iso, now, parse_ts, read_json
 
 STOP_GRACE_S = 20.0
 # Seconds between SIGTERM and SIGKILL at a job's stop time: a training job saves a last checkpoint then.
@@ -176,8 +176,6 @@ def _hold_unwatched(folder: Path, job: dict) -> str | None:
     the supervisor watches it, else what is being done."""
     if alive(job.get("supervisor_pid"), job.get("supervisor_start")) or not job.get("stop_at"):
         return None
-    from aci.state import parse_ts
-
     stop_at, grace = parse_ts(job["stop_at"]), float(job.get("grace_s") or DEFAULT_DEADLINE_GRACE_S)
     if now() < stop_at:
         return f"its supervisor is gone; aci stops it at its stop time {job['stop_at']}"
@@ -197,7 +195,7 @@ def _unrecorded_end(folder: Path, job: dict, progress: dict) -> tuple[str, str]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    stop = read_json(folder / jobfiles.STOP) if (folder / jobfiles.STOP).exists() else None
+    stop = read_json(folder / jobfiles.STOP)
     if stop is not None:
         return "stopped", f"{stop.get('reason') or 'stop requested'}; no exit status (its supervisor was gone)"
     return "failed", _vanished(progress)

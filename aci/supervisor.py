@@ -61,7 +61,7 @@ def supervise(folder: Path, child: subprocess.Popen) -> int:
     rc = child.returncode = os.waitstatus_to_exitcode(raw)
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime + own.ru_utime + own.ru_stime
-    stop = read_json(folder / jobfiles.STOP) if (folder / jobfiles.STOP).exists() else None
+    stop = read_json(folder / jobfiles.STOP)
     if stop is not None:
         status, reason = "stopped", stop.get("reason") or "stop requested"
     elif rc == 0:
