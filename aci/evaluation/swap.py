@@ -274,9 +274,14 @@ def _build_sealed(folder: Path, build: Callable[[Path], dict], record: dict, wor
         raise
 
 
+def _aside(workdir: Path) -> Path:
+    """Where a `final_model/` that no promotion made is kept, so that nothing the user put there is lost."""
+    return workdir / f"{FINAL}.unmanaged-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def _swap_names(workdir: Path, final: Path, tmp: Path, tag: str, notes: list[str]) -> None:
     if final.exists() and marker(final) is None:
-        aside = workdir / f"{FINAL}.unmanaged-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside = _aside(workdir)
         os.rename(final, aside)
         fsync_dir(workdir)
         notes.append(f"{FINAL} was not made by a promotion: kept it as {aside.name}")
@@ -305,7 +310,7 @@ def _install_in_place(workdir: Path, tag: str, build: Callable[[Path], dict], re
         if not os.access(workdir, os.W_OK):
             raise ACIError(f"{FINAL} holds files not made by a promotion and cannot be renamed ({why}), nor can "
                            f"they be set aside beside it: move them out of {final}, then promote again")
-        aside = workdir / f"{FINAL}.unmanaged-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside = _aside(workdir)
         aside.mkdir()
         for p in list(final.iterdir()):
             shutil.move(str(p), str(aside / p.name))  # a copy where the mount is another filesystem
