@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+from typing import NoReturn
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -138,3 +140,27 @@ def run_briefly(argv: list[str], cwd, timeout_s: float, max_chars: int = 65536) 
         signal_group(proc.pid, 9)
         proc.wait()
     return rc, out.decode(errors="replace")[:max_chars]
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """End a process whose work is done with `code`, skipping the interpreter's teardown of its modules.
+
+    With torch, transformers and TRL imported that teardown takes about 2 s on a 2-core CPU (`import torch,
+    transformers, trl` then exit: 1.97 s; with `os._exit`: 0.04 s), and a job reads as ended, and whoever
+    waits for a child's result gets it, only when the process is gone. The exit handlers still run
+    (logging's and the libraries' flushes), then stdout and stderr are flushed. A process with a thread of
+    its own still running, or one rank of several (`WORLD_SIZE` > 1, whose process group the teardown
+    closes), exits the usual way."""
+    import atexit
+    import threading
+
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if others or int(os.environ.get("WORLD_SIZE") or 1) > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()  # noqa: SLF001 - what sys.exit would run first; the teardown after it is skipped
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: nothing more can reach it
+            pass
+    os._exit(code)

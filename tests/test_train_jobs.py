@@ -226,3 +226,39 @@ def test_a_supervisor_that_fails_takes_its_job_down(tmp_path):
         assert not processes.alive(pid)
     finally:
         processes.signal_group(pid, signal.SIGKILL)
+
+
+_ENDING = """
+import atexit, logging, pathlib, sys, threading, time
+from aci import processes
+out = pathlib.Path(sys.argv[1])
+class Teardown:  # its __del__ runs when the interpreter tears the module down
+    def __del__(self):
+        (out / "teardown").write_text("ran")
+kept = Teardown()
+logging.basicConfig(filename=out / "log", level=logging.INFO)
+logging.info("logged before the end")
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+if sys.argv[2] == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.5), (out / "thread").write_text("done"))).start()
+sys.stdout.write("unflushed output")  # a pipe: block-buffered
+processes.exit_without_teardown(3)
+"""
+
+
+@pytest.mark.parametrize("case", ["alone", "thread", "ranks"])
+def test_a_finished_job_exits_without_the_teardown_but_loses_nothing(tmp_path, case):
+    """Jobs end with `exit_without_teardown`, which skips the interpreter's teardown (about 2 s with torch,
+    transformers and TRL imported) but still runs the exit handlers and flushes output and logs; with a
+    thread still working, or as one rank of several, it exits the usual way."""
+    import sys
+
+    env = {**os.environ, "WORLD_SIZE": "2" if case == "ranks" else "1"}
+    r = subprocess.run([sys.executable, "-c", _ENDING, str(tmp_path), case], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode == 3, r.stderr
+    assert r.stdout == "unflushed output"
+    assert "logged before the end" in (tmp_path / "log").read_text()
+    assert (tmp_path / "atexit").read_text() == "ran"
+    assert (tmp_path / "teardown").exists() == (case != "alone")  # skipped only when nothing else needs it
+    assert (tmp_path / "thread").exists() == (case == "thread")

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from aci import processes
 from aci.errors import ACIError
 
 
@@ -66,4 +67,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    processes.exit_without_teardown(main())

@@ -21,7 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
-from aci import jobfiles, jobs, records
+from aci import jobfiles, jobs, processes, records
 from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import checkpoints, promotion, runner
@@ -113,4 +113,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    processes.exit_without_teardown(main())

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from aci import jobs, templates
+from aci import jobs, processes, templates
 from aci.errors import ACIError
 from aci.state import iso
 from aci.training import config as config_mod
@@ -284,4 +284,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    processes.exit_without_teardown(main(sys.argv[1:]))
