@@ -84,6 +84,16 @@ def test_the_measured_step_time_follows_a_slowdown_within_a_few_steps():
     assert p.step_s()[0] == 4.0 and p.save_time() == (30.0, "measured")
 
 
+def test_the_forecast_gives_a_far_stop_time_in_hours():
+    """The note's slack before the stop time reads in the unit that fits it (it said "569 min")."""
+    p = pace.Pace({"step_s": 0.02, "source": "declared"})
+    at = now()
+    far = pace.forecast(p, step=0, end=400, total=400, kind="cosine", stop_at=at + timedelta(hours=9.5), at=at)
+    near = pace.forecast(p, step=0, end=400, total=400, kind="cosine", stop_at=at + timedelta(minutes=20), at=at)
+    assert far["note"].endswith(", 9.5 h before the stop time"), far["note"]
+    assert near["note"].endswith(", 20 min before the stop time"), near["note"]
+
+
 def _sleeper(job_callback, slow_after_s: float, sleep_s: float):
     """A callback that makes every step `sleep_s` slower once `slow_after_s` of training have passed, and
     notes the planned end just before."""

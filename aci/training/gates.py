@@ -26,6 +26,7 @@ from aci.context import Context
 from aci.errors import ACIError
 from aci.evaluation import identity
 from aci.state import now, parse_ts
+from aci.training import pace
 
 STARTUP_S = 60.0  # loading the model before the first step (tokenizing the data is measured, see check_deadline)
 
@@ -248,7 +249,7 @@ def measured_rate(ctx: Context, cfg: dict) -> Rate:
         return Rate(None, "no measurement")
     _, job, rate, jc, differs = best
     at = job.progress.get("updated_at")
-    age = f" {_age((now() - parse_ts(at)).total_seconds())} ago" if at else ""
+    age = f" {pace.span((now() - parse_ts(at)).total_seconds())} ago" if at else ""
     said = {"model_path": lambda c: f"model {c.get('model_path')}", "lora": lambda c: "LoRA" if c.get("lora") else
             "full weights", "max_length": lambda c: f"max_length {c.get('max_length')}"}
     what = (f"; differs: {', '.join(f'{said[k](jc)} (this run: {said[k](cfg)})' for k in differs)}" if differs else
@@ -260,11 +261,6 @@ def load_s(progress: dict) -> float | None:
     """A job's seconds from launch to a ready trainer, less its tokenizing (None: not measured)."""
     startup = progress.get("startup") or {}
     return startup["ready_s"] - startup.get("tokenize_s", 0.0) if "ready_s" in startup else None
-
-
-def _age(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
-        f"{seconds / 3600:.1f} h"
 
 
 def check_reserve(ctx: Context) -> None:

@@ -106,7 +106,7 @@ def forecast(pace: Pace, *, step: int, end: int, total: int, kind: str, stop_at:
             return out
     end_at = at + timedelta(seconds=(end - step) * step_s + save_s)
     out.update(cut=kind == "wsd" and end < total, end_at=end_at.isoformat(timespec="seconds"))
-    slack = f", {_minutes((stop_at - end_at).total_seconds())} before the stop time" if stop_at else ""
+    slack = f", {span((stop_at - end_at).total_seconds())} before the stop time" if stop_at else ""
     if out["cut"]:
         out["note"] = (f"the stop time comes before the {total} planned steps: the decay moved earlier, to end at "
                        f"step {end} by {out['end_at']} at {step_s:.3g} s/step{slack}")
@@ -115,5 +115,7 @@ def forecast(pace: Pace, *, step: int, end: int, total: int, kind: str, stop_at:
     return out
 
 
-def _minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if abs(seconds) < 120 else f"{seconds / 60:.0f} min"
+def span(seconds: float) -> str:
+    """A duration as a message gives it: seconds under 2 minutes, minutes under 2 hours, else hours."""
+    size = abs(seconds)
+    return f"{seconds:.0f} s" if size < 120 else f"{seconds / 60:.0f} min" if size < 7200 else f"{seconds / 3600:.1f} h"
