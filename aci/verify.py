@@ -362,16 +362,17 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
 
     grader, grader_source = _default_grader(inp, ctx)
     check = method_b(inp, ctx, check_host, grader) if inp.method == "B" else method_a(inp, check_host)
-    specs: set[str] = set()  # the grader specs met, to say where graded code ran
+    specs: dict[str, str | dict] = {}  # the grader specs met, once each, to say where graded code ran
 
     def run(item: tuple[int, dict, dict]) -> tuple[int, dict, dict, Verdict]:
         line, row, task = item
         if inp.method == "B":
-            specs.add(json.dumps(task.get("grader") or grader, sort_keys=True))
+            spec = task.get("grader") or grader
+            specs.setdefault(json.dumps(spec, sort_keys=True), spec)
         return line, row, task, check(task)
 
     tally = _sort(ordered(run, iter_tasks(files.tasks), inp.workers or min(4, os.cpu_count() or 1)), files)
-    box = code_sandbox((json.loads(x) for x in specs), unsafe_grader=inp.unsafe_grader)
+    box = code_sandbox(specs.values(), unsafe_grader=inp.unsafe_grader)
     _record(inp, ctx, files, tally)
     candidates, kept = tally.candidates, tally.kept
     return VerifyReport(
