@@ -62,6 +62,15 @@ def hash_grams(cols: list[np.ndarray]) -> np.ndarray:
     return h
 
 
+def by_identity(objs: list) -> tuple[list, np.ndarray]:
+    """The distinct objects of `objs`, compared by identity, in order, and each entry's position among them:
+    a set or IDF table that several codes share (an item's judge check and its question alone share one
+    set) is built into the arrays once."""
+    position: dict[int, int] = {}
+    of = np.fromiter((position.setdefault(id(o), len(position)) for o in objs), np.int64, len(objs))
+    return list({id(o): o for o in objs}.values()), of
+
+
 class Grams:
     """n-grams of one length as dense keys (their hashes, deduplicated) and, per dense code, its n-gram
     set as keys with their IDF weights.
@@ -72,10 +81,9 @@ class Grams:
 
     def __init__(self, n: int, sets: list, idfs: list):
         self.n = n
-        uniq = {id(g): g for g in sets}  # each distinct set once, by identity
-        rank = {k: r for r, k in enumerate(uniq)}
-        size = np.fromiter(map(len, uniq.values()), np.int64, len(uniq))
-        flat = np.fromiter(chain.from_iterable(chain.from_iterable(uniq.values())), np.uint64, n * int(size.sum()))
+        uniq, of_set = by_identity(sets)
+        size = np.fromiter(map(len, uniq), np.int64, len(uniq))
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(uniq)), np.uint64, n * int(size.sum()))
         cols = flat.reshape(-1, n).T
         keys, key_of = np.unique(hash_grams(list(cols)) if len(flat) else np.zeros(0, np.uint64), return_inverse=True)
         self.keys, self.n_keys = SortedHashes(keys), len(keys)
@@ -87,14 +95,11 @@ class Grams:
             self.key_toks = None
         self.dense = np.zeros(max(DENSE_CELLS, len(keys)), bool)  # `shares`' table, all False between calls
         # each code's n-grams: its set's keys, in the set's order, weighed by its IDF table
-        of_set = np.array([rank[id(g)] for g in sets], np.int64)
         counts = size[of_set]
         self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.code_keys = key_of[ranges((np.cumsum(size) - size)[of_set], counts)]
-        tables = {id(idf): idf for idf in idfs}
-        table = {k: r for r, k in enumerate(tables)}
-        self.weight = np.stack([self.weights(t) for t in tables.values()]) if tables else np.zeros((0, 0))
-        self.code_table = np.array([table[id(idf)] for idf in idfs], np.int64)  # each code's row of `weight`
+        tables, self.code_table = by_identity(idfs)  # each code's row of `weight`
+        self.weight = np.stack([self.weights(t) for t in tables]) if tables else np.zeros((0, 0))
         self.code_w = self.weight[np.repeat(self.code_table, counts), self.code_keys]
 
     def find_grams(self, grams) -> tuple[np.ndarray, np.ndarray]:
