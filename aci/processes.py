@@ -1,6 +1,6 @@
-"""Processes recognised by pid *and* start time (so a recycled pid never makes a dead job look alive), and
-signals to a job's process group. The standard library alone: the job supervisor uses these before it
-imports anything else (`aci.supervisor`)."""
+"""Processes recognised by pid *and* start time (so a recycled pid never makes a dead job look alive),
+signals to a job's process group, short helper commands, and a finished job's quick exit. The standard
+library alone: the job supervisor uses these before it imports anything else (`aci.supervisor`)."""
 
 from __future__ import annotations
 
