@@ -330,3 +330,20 @@ def test_row_shapes_and_their_texts_in_reading_order():
             tasks.row_texts(bad, "f:3")
     with pytest.raises(ACIError, match="f:2: a `text` row is plain text"):
         tasks.to_task({"text": "Plain text."}, "f:2", "x")
+
+
+def test_a_chat_row_alone_reads_as_the_general_reading_has_it():
+    """`row_texts` and the contamination reader take a row holding only `messages` in one pass; a key beside
+    it that changes nothing (`n`) sends the same turns down the general path, which must agree."""
+    from aci.contamination.inputs import tool_text
+
+    tool_call = [{"function": {"name": "f", "arguments": "{}"}}]
+    for turns in ([{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A."}],
+                  [{"role": "user", "content": ""}, {"role": "assistant", "content": "A."}],
+                  [{"role": "assistant", "content": "", "tool_calls": tool_call}],
+                  [{"role": "user", "content": [{"type": "text", "text": "part"}, {"type": "image"}]}],
+                  [{"role": "user", "content": None}, "not a turn", {"role": "user", "content": "Q?", "name": "x"}],
+                  []):
+        alone, general = {"messages": turns}, {"messages": turns, "n": 1}
+        assert tasks.row_texts(alone, "f:1") == tasks.row_texts(general, "f:1"), turns
+        assert tool_text(alone) == tool_text(general) is None, turns

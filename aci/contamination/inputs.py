@@ -43,6 +43,8 @@ class Row:
 def tool_text(row: dict) -> str | None:
     """The text the judge's tool takes from a JSONL row given to it as is (None: it skips the row or
     cannot read it): `text`, else the first of TOOL_INPUT present, else all string values joined."""
+    if len(row) == 1 and type(row.get("messages")) is list:  # the usual chat row: no string value to read
+        return None
     text = row.get("text")
     if text is None:
         for key in TOOL_INPUT:  # a loop, not next() over a generator: this runs for every row

@@ -34,6 +34,11 @@ def row_texts(row: dict, loc: str) -> list[str]:
     """Every text of a training row in reading order: turns (system, user, assistant, tool, with tool
     calls as JSON) in order; prompt then completion; passage, question, choices, answer, solution; a task's
     prompt turns then its gold (answer, worked solution, tool calls). What the contamination check scans."""
+    if len(row) == 1 and type(turns := row.get("messages")) is list:  # the usual chat row, in one pass
+        out = [m["content"] for m in turns if type(m) is dict and type(m.get("content")) is str
+               and not m.get("tool_calls")]
+        if len(out) == len(turns):  # else a turn the general reading below handles
+            return [t for t in out if t]
     shape = row_shape(row, loc)
     if shape == "text":
         return [row["text"]]
