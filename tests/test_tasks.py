@@ -333,8 +333,9 @@ def test_row_shapes_and_their_texts_in_reading_order():
 
 
 def test_a_chat_row_alone_reads_as_the_general_reading_has_it():
-    """`row_texts` and the contamination reader take a row holding only `messages` in one pass; a key beside
-    it that changes nothing (`n`) sends the same turns down the general path, which must agree."""
+    """`row_texts` takes a chat row (with an `id` or not) in one pass, and the contamination reader one
+    holding only `messages`; a key beside it that changes nothing (an empty `meta`, `n`) sends the same
+    turns down the general path, which must agree."""
     from aci.contamination.inputs import tool_text
 
     tool_call = [{"function": {"name": "f", "arguments": "{}"}}]
@@ -345,5 +346,9 @@ def test_a_chat_row_alone_reads_as_the_general_reading_has_it():
                   [{"role": "user", "content": None}, "not a turn", {"role": "user", "content": "Q?", "name": "x"}],
                   []):
         alone, general = {"messages": turns}, {"messages": turns, "n": 1}
-        assert tasks.row_texts(alone, "f:1") == tasks.row_texts(general, "f:1"), turns
+        assert tasks.row_texts(alone, "f:1") == tasks.row_texts({"messages": turns, "meta": {}}, "f:1"), turns
+        assert tasks.row_texts({"id": "r1", **alone}, "f:1") == tasks.row_texts(alone, "f:1"), turns
         assert tool_text(alone) == tool_text(general) is None, turns
+    solved = {"messages": [{"role": "user", "content": "Q?"}], "meta": {"solution": "S."}}
+    assert tasks.row_texts(solved, "f:1") == ["Q?", "S."]
+    assert tasks.row_texts({**solved, "gold": {"answer": "7"}}, "f:1") == ["Q?", "7", "S."]

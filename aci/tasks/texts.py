@@ -30,11 +30,15 @@ def _turn_texts(turns: Any) -> list[str]:
     return out
 
 
+_NOT_PLAIN_CHAT = {"gold", "meta", "solution"}  # keys beside `messages` that add texts or change the shape
+
+
 def row_texts(row: dict, loc: str) -> list[str]:
     """Every text of a training row in reading order: turns (system, user, assistant, tool, with tool
     calls as JSON) in order; prompt then completion; passage, question, choices, answer, solution; a task's
     prompt turns then its gold (answer, worked solution, tool calls). What the contamination check scans."""
-    if len(row) == 1 and type(turns := row.get("messages")) is list:  # the usual chat row, in one pass
+    turns = row.get("messages")
+    if type(turns) is list and (len(row) == 1 or not row.keys() & _NOT_PLAIN_CHAT):  # the usual chat row, in one pass
         out = [m["content"] for m in turns if type(m) is dict and type(m.get("content")) is str
                and not m.get("tool_calls")]
         if len(out) == len(turns):  # else a turn the general reading below handles
