@@ -38,11 +38,8 @@ def row_texts(row: dict, loc: str) -> list[str]:
     calls as JSON) in order; prompt then completion; passage, question, choices, answer, solution; a task's
     prompt turns then its gold (answer, worked solution, tool calls). What the contamination check scans."""
     turns = row.get("messages")
-    if type(turns) is list and (len(row) == 1 or not row.keys() & _NOT_PLAIN_CHAT):  # the usual chat row, in one pass
-        out = [m["content"] for m in turns if type(m) is dict and type(m.get("content")) is str
-               and not m.get("tool_calls")]
-        if len(out) == len(turns):  # else a turn the general reading below handles
-            return [t for t in out if t]
+    if type(turns) is list and not row.keys() & _NOT_PLAIN_CHAT:  # the usual chat row: its turns alone
+        return [t for t in _turn_texts(turns) if t]
     shape = row_shape(row, loc)
     if shape == "text":
         return [row["text"]]
