@@ -48,6 +48,65 @@ def test_jsonl_is_streamed_so_rows_before_a_broken_line_arrive(tmp_path):
         next(rows)
 
 
+# Lines the C parser refuses or that only `json` reads, each read as `json.loads` reads the line
+ODD_LINES = ['{"x": NaN, "y": -Infinity}', '{"big": 184467440737095516160000, "neg": -9223372036854775809}',
+             '{"lone": "\\ud800 half a pair"}', '{"far": 1e400}', '   {"padded": true}   ', '{"crlf": 1}\r',
+             '{"dup": 1, "dup": 2}', '{"nested": {"a": [1, 2.5, null, "\\u00e9\\ud83d\\ude00"]}}', "",
+             "  \t", '{"unicode": "caf\u00e9 \u2014 \U0001f600"}']
+
+
+@pytest.mark.parametrize("chunk", [16, 97, 1 << 20])
+def test_jsonl_rows_read_as_json_reads_each_line(tmp_path, monkeypatch, chunk):
+    """Every line reads as `json.loads` reads it and keeps its number, also where a chunk ends inside a
+    row (a chunk of 16 bytes ends inside most rows) and for lines the fast parser refuses."""
+    monkeypatch.setattr(tasks.rows, "CHUNK_BYTES", chunk)
+    lines = [json.dumps({"id": k, "text": "word " * (k % 7), "n": k * 0.1}) for k in range(40)]
+    lines[3:3] = ODD_LINES
+    f = write(tmp_path / "d.jsonl", "\n".join(lines))  # the last line without its newline
+    want = [(n, json.loads(line)) for n, line in enumerate(lines, 1) if line.strip()]
+    got = list(tasks.read_rows(f))
+    assert [n for n, _ in got] == [n for n, _ in want]
+    assert json.dumps(got) == json.dumps(want)  # NaN and -0.0 compared as written, not by ==
+    assert type(got[4][1]["big"]) is int and got[5][1]["lone"] == "\ud800 half a pair"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(10 ** 30), max_value=10 ** 30) | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=5), min_size=1, max_size=6),
+       st.booleans())
+def test_any_json_rows_read_as_json_reads_them(tmp_path_factory, rows, ascii_only):
+    """Whatever the values (floats at any precision, NaN and infinities, integers past 64 bits, any
+    Unicode, lone surrogates among it), a row reads as `json.loads` reads its line."""
+    lines = [json.dumps(r, ensure_ascii=ascii_only) for r in rows]
+    f = tmp_path_factory.mktemp("rows") / "d.jsonl"
+    f.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass"))
+    if not ascii_only and any("\ud800" <= c <= "\udfff" for line in lines for c in line):
+        with pytest.raises(ACIError, match="not valid UTF-8"):  # a surrogate written raw is not UTF-8
+            list(tasks.read_rows(f))
+        return
+    got = [row for _, row in tasks.read_rows(f)]
+    assert json.dumps(got) == json.dumps([json.loads(line) for line in lines])
+
+
+@pytest.mark.parametrize("line,message", [
+    ('{"a": 1,\n "b": 2}', "broken JSON"),  # a value spanning lines is broken on its first line
+    ('{"a": 1} {"b": 2}', "broken JSON"),  # two objects on one line
+    ('\ufeff{"a": 1}', "broken JSON"),  # a BOM is accepted on the first line only
+    ('{"a": "\x00"}', "binary data"),
+])
+def test_jsonl_rows_refuse_what_json_lines_refuse(tmp_path, monkeypatch, line, message):
+    monkeypatch.setattr(tasks.rows, "CHUNK_BYTES", 8)
+    f = write(tmp_path / "d.jsonl", '{"ok": 1}\n' + line + '\n{"ok": 2}\n')
+    rows = tasks.read_rows(f)
+    assert next(rows) == (1, {"ok": 1})
+    with pytest.raises(ACIError, match=rf"{f}:2: {message}"):
+        next(rows)
+
+
 def test_json_array_rows_carry_their_starting_line(tmp_path):
     f = write(tmp_path / "a.json", '[\n  {"question": "q1", "answer": 1},\n\n  {"question": "q2",\n   "answer": 2}\n]\n')
     assert [n for n, _ in tasks.read_rows(f)] == [2, 4]
