@@ -83,7 +83,7 @@ def training_rows(path: Path, sources: set[str] | None = None, content: bytes | 
         # spaces), so they can only match where the whole row could.
         inside = seen is not None and f" {clean(seen)} " in f" {clean(text)} "
         rid = row.get("id")
-        yield Row(k, n, str(rid) if isinstance(rid, (str, int)) else None, text, seen, inside)
+        yield Row(k, n, None if rid is None or not isinstance(rid, (str, int)) else str(rid), text, seen, inside)
 
 
 @dataclass

@@ -30,7 +30,7 @@ def _turn_texts(turns: Any) -> list[str]:
     return out
 
 
-_NOT_PLAIN_CHAT = {"gold", "meta", "solution"}  # keys beside `messages` that add texts or change the shape
+_NOT_PLAIN_CHAT = frozenset({"gold", "meta", "solution"})  # keys beside `messages` that add texts or change the shape
 
 
 def row_texts(row: dict, loc: str) -> list[str]:
@@ -38,8 +38,8 @@ def row_texts(row: dict, loc: str) -> list[str]:
     calls as JSON) in order; prompt then completion; passage, question, choices, answer, solution; a task's
     prompt turns then its gold (answer, worked solution, tool calls). What the contamination check scans."""
     turns = row.get("messages")
-    if type(turns) is list and not row.keys() & _NOT_PLAIN_CHAT:  # the usual chat row: its turns alone
-        return [t for t in _turn_texts(turns) if t]
+    if type(turns) is list and _NOT_PLAIN_CHAT.isdisjoint(row):  # the usual chat row: its turns alone
+        return list(filter(None, _turn_texts(turns)))
     shape = row_shape(row, loc)
     if shape == "text":
         return [row["text"]]
