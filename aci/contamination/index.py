@@ -31,9 +31,9 @@ from aci.contamination.rules import (
     SAMPLE_EVERY,
     SHORT_ANSWER_TOKENS,
     WEIGHTS,
-    doc_freq,
     fewest,
     field_weights,
+    idf_table,
     ngrams,
     relaxed,
 )
@@ -93,7 +93,7 @@ class SimpleIndex(JudgeScan):
         n = len(refs)
 
         def idf(sets: Iterable[frozenset]) -> dict[tuple, float]:
-            return {g: math.log(n / d) if d < n else 0.0 for g, d in doc_freq(sets).items()}
+            return idf_table(sets, lambda d: math.log(n / d) if d < n else 0.0)
 
         self.q_idf = idf(it.q_set for it in self.items)
         self.a_idf = idf(it.a_set for it in self.items)

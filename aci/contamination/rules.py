@@ -13,7 +13,7 @@ checked.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, islice
 
 # The judge's numbers (decon SIMPLE defaults)
@@ -62,6 +62,15 @@ def fewest(weights: Iterable[float], need: float) -> int:
 def doc_freq(sets: Iterable[set]) -> dict[tuple, int]:
     """How many of `sets` hold each n-gram (counted in C: `Counter` over the chained sets)."""
     return Counter(chain.from_iterable(sets))
+
+
+def idf_table(sets: Iterable[set], weight: Callable[[int], float]) -> dict[tuple, float]:
+    """Each n-gram of `sets` weighed by `weight(its document frequency)`. Why the detour: the reference's
+    n-grams are many and their frequencies few, so each weight is computed once per frequency and the
+    table is filled in C."""
+    df = doc_freq(sets)
+    by_df = {d: weight(d) for d in set(df.values())}
+    return dict(zip(df.keys(), map(by_df.__getitem__, df.values()), strict=True))
 
 
 def field_weights(fields: tuple[str, ...], q_ngrams: int, a_unique: int) -> dict[str, float]:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from enum import IntEnum
 
-from aci.contamination.rules import EPS, Q_MAX_MISSES, doc_freq
+from aci.contamination.rules import EPS, Q_MAX_MISSES, idf_table
 
 # A run of matches: matched positions (byte 1) at most Q_MAX_MISSES apart, i.e. with at most
 # Q_MAX_MISSES - 1 unmatched positions (byte 0) between two of them
@@ -93,8 +93,7 @@ class Alone:
 
     def __init__(self, sets: dict[int, frozenset], need: dict[int, float], n_refs: int):
         self.sets, self.need = sets, need
-        df = doc_freq(sets.values())
-        self.idf = {g: round(SCALE * math.log(1 + n_refs / d)) for g, d in df.items()}
+        self.idf = idf_table(sets.values(), lambda d: round(SCALE * math.log(1 + n_refs / d)))
         self.norm = {i: sum(map(self.idf.__getitem__, s)) for i, s in sets.items()}
 
     def best(self, i: int, grams: list[tuple]) -> float:
