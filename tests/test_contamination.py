@@ -352,7 +352,8 @@ def test_probe_and_bounds_prune_exactly(monkeypatch, tmp_path):
     monkeypatch.setattr(C.SimpleIndex, "_codes", lambda self, grams, allowed=None: every)
     monkeypatch.setattr(C.SimpleIndex, "_candidates", lambda self, row, codes: {
         i for i, it in enumerate(self.items) if it.weights and it.q_total > 0})
-    monkeypatch.setattr(Prefilter, "keep", lambda self, rows: [dict.fromkeys(every)] * len(rows))
+    check = Prefilter.check  # every row kept, for every stricter check; its short and close finds as they are
+    monkeypatch.setattr(Prefilter, "check", lambda self, rows: ([dict.fromkeys(every)] * len(rows), check(self, rows)[1]))
     original = C.SimpleIndex.__init__
 
     def init(self, *a, **kw):
