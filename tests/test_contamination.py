@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from aci import contamination as C
 from aci import manifest, registry
 from aci.contamination import prefilter, text, wordids
-from aci.contamination.lookup import SortedHashes
+from aci.contamination.lookup import SortedHashes, distinct, distinct_inverse
 from aci.contamination.prefilter import Prefilter
 from aci.contamination.rules import field_weights, ngrams
 from aci.contamination.stricter import QUESTION_ALONE, Code
@@ -240,6 +240,19 @@ def test_the_hash_lookup_answers_as_a_binary_search():
         found, pos = SortedHashes(keys).find(values)
         at = np.searchsorted(keys, values)
         assert (found == (np.append(keys, np.uint64(0))[at] == values)).all() and (pos[found] == at[found]).all()
+
+
+def test_distinct_values_answer_as_np_unique():
+    """`distinct` and `distinct_inverse` give `np.unique`'s values and inverse: empty, one value, all
+    equal, few distinct, all distinct, and 64-bit hashes."""
+    rng = np.random.default_rng(0)
+    arrays = [np.zeros(0, np.int64), np.array([7]), np.full(9, 3)] + [
+        rng.integers(0, high, n) for n in (2, 1000, 30000) for high in (3, 1 << 40)]
+    for values in arrays + [rng.integers(0, 1 << 63, 5000, dtype=np.uint64)]:
+        want, inverse = np.unique(values, return_inverse=True)
+        got, where = distinct_inverse(values)
+        assert np.array_equal(distinct(values), want) and np.array_equal(got, want)
+        assert np.array_equal(where, inverse.ravel())
 
 
 def test_the_prefilter_drops_only_rows_that_cannot_be_flagged(monkeypatch, tmp_path):

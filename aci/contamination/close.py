@@ -34,7 +34,7 @@ from itertools import chain
 
 import numpy as np
 
-from aci.contamination.lookup import ranges
+from aci.contamination.lookup import distinct, distinct_inverse, ranges
 from aci.contamination.rules import EPS, MIN_UNIQUE_WORDS
 
 STORY_SHARE = 0.7
@@ -163,18 +163,18 @@ class CloseIndex:
             self.dense[cells] = True
             holds = self.dense.__getitem__
         else:
-            have = np.append(np.unique(cells), _NONE)
+            have = np.append(distinct(cells), _NONE)
             holds = _sorted(have)
         try:
             # story candidates: the specific words they hold weigh enough
-            story = np.unique(cells[np.flatnonzero(self.specific[key])])  # indices: a mask costs more
+            story = distinct(cells[np.flatnonzero(self.specific[key])])  # indices: a mask costs more
             if len(story):
                 story, weight = self.story_post.sums(story // v, story % v, n)
                 story = story[weight >= SPECIFICITY - EPS]
             # numbers candidates: the window holds the item's rarest number and its second
             at_win, item, _ = self.rarest.pairs(win, key)
             ok = np.flatnonzero(holds(at_win * v + self.second[item]))
-            numbers = np.unique(at_win[ok] * n + item[ok])
+            numbers = distinct(at_win[ok] * n + item[ok])
             if not len(story) + len(numbers):
                 return out
             numbers, named, shares = self._numbers(holds, numbers // n, numbers % n)
@@ -213,9 +213,9 @@ class CloseIndex:
     def _every_word(self, pairs, ids, per_text, text_end, width):
         """Membership in the window * n_keys + key cells of every reference word of the texts `pairs` name."""
         v = self.n_keys
-        texts = np.unique(pairs // self.n_items // width)
+        texts = distinct(pairs // self.n_items // width)
         at = ranges(text_end[texts] - per_text[texts], per_text[texts])
-        return _sorted(np.append(np.unique(np.add(*self._windows(at[ids[at] < v], ids, per_text, text_end, width, v))),
+        return _sorted(np.append(distinct(np.add(*self._windows(at[ids[at] < v], ids, per_text, text_end, width, v))),
                                  _NONE))
 
     def _story(self, holds, win, item, named: np.ndarray):
@@ -274,7 +274,7 @@ class _Postings:
     def sums(self, win: np.ndarray, key: np.ndarray, n_items: int) -> tuple[np.ndarray, np.ndarray]:
         """The window * n_items + item pairs the (window, key) pairs reach, and each pair's weight."""
         win, item, e = self.pairs(win, key)
-        pairs, inverse = np.unique(win * n_items + item, return_inverse=True)
+        pairs, inverse = distinct_inverse(win * n_items + item)
         return pairs, np.bincount(inverse, self.w[e], len(pairs))
 
 

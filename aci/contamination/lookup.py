@@ -1,5 +1,5 @@
-"""Where millions of 64-bit hashes are in a sorted table, at about one gather each (and `ranges`, the
-gather of many slices that every batch step uses).
+"""Where millions of 64-bit hashes are in a sorted table, at about one gather each; and the array steps
+every batch takes: `ranges`, the gather of many slices, and `distinct`, an array's distinct values.
 
 Why: `np.searchsorted` of five million n-gram hashes into the prefilter's keys was its costliest step
 (a binary search per value, each step a cache miss). Here the keys' top bits index buckets (eight to
@@ -54,3 +54,29 @@ def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     variable-length slices in one call."""
     first = np.cumsum(counts) - counts
     return np.arange(int(counts.sum())) + np.repeat(starts - first, counts)
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of an integer array, ascending: `np.unique`'s answer, by a sort. Why not
+    `np.unique`: since numpy 2.3 it finds them by hashing, which on these arrays (thousands to hundreds
+    of thousands of integers) took 5 to 25 times as long as sorting them (numpy 2.4, 2026-12-02)."""
+    out = np.sort(values)
+    return out[_first_of_each(out)]
+
+
+def distinct_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`distinct(values)`, and where each value is among them (`np.unique`'s `return_inverse`)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    first = _first_of_each(ordered)
+    inverse = np.empty(len(values), np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
+def _first_of_each(ordered: np.ndarray) -> np.ndarray:
+    """Where each run of equal values in a sorted array starts."""
+    first = np.empty(len(ordered), bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return first

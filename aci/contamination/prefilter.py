@@ -39,7 +39,7 @@ import numpy as np
 from aci.contamination.close import COMPONENTS, CloseIndex
 from aci.contamination.inputs import Row
 from aci.contamination.judge import Item
-from aci.contamination.lookup import SortedHashes, ranges
+from aci.contamination.lookup import SortedHashes, distinct, distinct_inverse, ranges
 from aci.contamination.rules import A_N, EPS, Q_MAX_MISSES, Q_N, relaxed
 from aci.contamination.short import ShortIndex
 from aci.contamination.stricter import JUDGE, Code
@@ -85,7 +85,7 @@ class Grams:
         size = np.fromiter(map(len, uniq), np.int64, len(uniq))
         flat = np.fromiter(chain.from_iterable(chain.from_iterable(uniq)), np.uint64, n * int(size.sum()))
         cols = flat.reshape(-1, n).T
-        keys, key_of = np.unique(hash_grams(list(cols)) if len(flat) else np.zeros(0, np.uint64), return_inverse=True)
+        keys, key_of = distinct_inverse(hash_grams(list(cols)) if len(flat) else np.zeros(0, np.uint64))
         self.keys, self.n_keys = SortedHashes(keys), len(keys)
         # each key's tokens (column k: its k-th token), to tell a key from an n-gram whose hash equals it;
         # None when two of the n-grams share a hash, and then nothing is decided from the keys alone
@@ -290,7 +290,7 @@ class Prefilter:
         counts = self.probe_start[held_key + 1] - self.probe_start[held_key]
         probed = np.flatnonzero(counts)
         counts = counts[probed]
-        pairs = np.unique(np.repeat(held_text[probed] * self.n_codes, counts)
+        pairs = distinct(np.repeat(held_text[probed] * self.n_codes, counts)
                           + self.probe_codes[ranges(self.probe_start[held_key[probed]], counts)])
         if not len(pairs):
             return out
@@ -332,10 +332,10 @@ class Prefilter:
         new[1:] = (pair[1:] != pair[:-1]) | (np.diff(start) > Q_MAX_MISSES)
         run = np.cumsum(new) - 1
         # each run's distinct n-grams, weighed: sums of integers below 2^53, exact in any order
-        cells, one = np.unique(run * self.q.n_keys + key, return_index=True)
-        weight = self.q.weight[self.q.code_table[code[pair[one]]], key[one]]
-        sums = np.bincount(cells // self.q.n_keys, weights=weight, minlength=int(run[-1]) + 1)
-        np.maximum.at(best, pair[new], sums)
+        owner = pair[new]  # each run's pair
+        run, key = np.divmod(distinct(run * self.q.n_keys + key), self.q.n_keys)
+        weight = self.q.weight[self.q.code_table[code[owner[run]]], key]
+        np.maximum.at(best, owner, np.bincount(run, weights=weight, minlength=len(owner)))
         return best / self.norm[code]
 
     def answer_shares(self, toks, text_end, text, code) -> np.ndarray:
