@@ -21,7 +21,7 @@ from itertools import chain
 
 import numpy as np
 
-from aci.contamination.lookup import ranges
+from aci.contamination.lookup import distinct, ranges
 from aci.contamination.rules import MIN_UNIQUE_WORDS
 
 
@@ -86,8 +86,7 @@ class ShortIndex:
         n = self.length[needle]
         same = ids[ranges(first, n)] == self.flat[ranges(self.start[needle], n)]
         whole = np.logical_and.reduceat(same, np.cumsum(n) - n)
-        text, needle = text[whole], needle[whole]
-        pairs = np.unique(np.stack([text, self.item[needle], needle]), axis=1)
-        hits = Counter(zip(pairs[0].tolist(), pairs[1].tolist(), strict=True))
+        text, needle = np.divmod(distinct(text[whole] * len(self.item) + needle[whole]), len(self.item))
+        hits = Counter(zip(text.tolist(), self.item[needle].tolist(), strict=True))  # needles found per item
         done = [(t, i) for (t, i), k in hits.items() if k == self.needed[i]]
         return np.array([t for t, _ in done], np.int64), np.array([i for _, i in done], np.int64)
