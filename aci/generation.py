@@ -226,6 +226,15 @@ class TransformersGenerator:
         self.model = lm.to("cuda" if gpu else "cpu").eval()
         self.eos_ids = stop_token_ids(model_path, self.tokenizer)
 
+    @classmethod
+    def around(cls, model: Any, tokenizer: Any, *, eos_ids: list[int], batch_size: int = 16) -> TransformersGenerator:
+        """A generator over a model already in memory (a training job's, for its dev curve): `tokenizer`
+        must pad on the left."""
+        gen = cls.__new__(cls)
+        gen.path, gen.batch_size, gen.why = None, batch_size, "the model as it trains"
+        gen.tokenizer, gen.model, gen.eos_ids = tokenizer, model, eos_ids
+        return gen
+
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
         import torch
 

@@ -23,7 +23,7 @@ NOT_TRL = {
     "template_kwargs": "aci renders the data with them",
     "merge_lora": "aci saves each LoRA checkpoint merged as well (aci.training.callbacks)",
     "keep_checkpoints": "aci deletes old checkpoints itself, sparing a promoted one and one being evaluated",
-    "grader": "the GRPO reward function aci builds (aci.training.rewards)",
+    "grader": "the GRPO reward function aci builds (aci.training.rewards) and the dev curve's grader",
     "unsafe_grader": "the sandbox of that reward function's unit-tests grader (aci.graders.sandbox)",
     "num_gpus": "the processes `accelerate launch` starts (aci.training.prepare.command)",
     "tokens_per_s": "the start gate's estimate",
@@ -32,6 +32,8 @@ NOT_TRL = {
     "find_batch": "the micro-batch search of a measurement job (aci.training.batch)",
     "lr_probe": "a dry-run's probe job (aci.training.probe)",
     "lr_probe_steps": "a dry-run's probe job (aci.training.probe)",
+    **{f"dev_{k}": "the dev curve aci scores between steps (aci.training.dev; tests/test_train_dev.py)"
+       for k in ("set", "every", "items", "max_new_tokens")},
 }
 
 # Every other field, at a value other than its default.

@@ -65,8 +65,19 @@ class TrainOutput(ToolOutput):
                          f"({est.get('lr_schedule')} schedule; rate {est.get('rate_source')}; loading "
                          f"{est.get('startup_s')} s, {est.get('startup_source')}; tokenizing {est.get('tokenize_s')} s, "
                          f"{est.get('tokenize_source')}); {est.get('time_left_for_work')} left before the reserve")
+            if c.get("per_step"):
+                ps = c["per_step"]
+                lines.append(f"per step: {ps['samples']} samples = micro-batch {ps['micro_batch']} x accumulation "
+                             f"{ps['grad_accum']} x {ps['processes']} process(es) ({ps['why']})")
+            if c.get("dev"):
+                d = c["dev"]
+                lines.append(f"dev set: {d['items']} tasks scored every {d['every']} steps and at the end by "
+                             f"{d['metric']} ({d['source']}), {d['max_new_tokens']} new tokens per reply")
             lines += status.describe_probe(c.get("lr_probe"))
-        lines += [f"checkpoint {c['checkpoint']} {c.get('path')}" for c in self.checkpoints]
+        lines += status.ranking(self.jobs)
+        lines += [f"checkpoint {c['checkpoint']} {c.get('path')}" + (
+            f" (dev {c['dev']['metric']} {c['dev']['score']}{', best so far' if c['dev']['best'] else ''})"
+            if c.get("dev") else "") for c in self.checkpoints]
         lines += [f"warning: {w}" for w in self.warnings]
         if self.log:
             lines += ["log:", self.log]

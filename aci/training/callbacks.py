@@ -14,6 +14,8 @@
   learning-rate plan re-decided after every step (`aci.training.schedule`): the decay starts so that it
   ends, and the job saves and stops, before `stop_at`; the forecast (rate now, planned end, whether the
   stop time cuts the schedule, and what the job did about it) is in the progress as `schedule`;
+* with a dev set (`aci.training.dev`) the job scores generated replies every `dev.every` steps, logs the
+  curve in the progress as `dev`, and saves a checkpoint at each new best, which rotation keeps;
 * the job saves and stops by itself at `stop_at` (deadline minus the final reserve) when its schedule
   does not end first, and on SIGTERM (`train stop`) it saves a last checkpoint at the end of the current
   step before exiting.
@@ -31,7 +33,7 @@ from transformers import TrainerCallback
 from aci import jobfiles, jobs, records
 from aci.evaluation import identity
 from aci.state import State, iso, now, parse_ts
-from aci.training import pace, schedule
+from aci.training import dev, pace, schedule
 from aci.training.config import TrainConfig
 
 PROGRESS_EVERY_S = 2.0
@@ -53,6 +55,8 @@ class JobCallback(TrainerCallback):
         self.applied_lr: float | None = None  # the learning rate of the last optimizer step
         self.more: int | None = None  # steps that still end, and save, before stop_at (None: unknown)
         self.changed: str | None = None  # what the last re-plan did, in words
+        self.dev = None if cfg.dev is None or cfg.measure else dev.DevCurve(
+            cfg.dev, workdir=cfg.workdir, template=None, kwargs=cfg.template_kwargs)  # the tokenizer's = the eval's
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     # -- progress ------------------------------------------------------------------------------
@@ -129,6 +133,9 @@ class JobCallback(TrainerCallback):
             elif more is not None and more < 1:
                 cut = f", before the wsd decay reached its floor (planned for step {end})" if self.plan else ""
                 self.stop_reason = f"reached the final reserve (stop_at {self.cfg.stop_at}){cut}"
+        if self.dev and state.is_world_process_zero and self.dev.due(step, last=bool(self.stop_reason) or
+                                                                    step >= state.max_steps):
+            self._dev_point(step, control, kwargs)
         fields = self._timing(state, t - self.t0)
         fields["schedule"] = {**pace.forecast(self.pace, step=step, end=end, total=state.max_steps, at=at,
                                               kind=self.cfg.lr_schedule, stop_at=self.stop_at),
@@ -145,6 +152,17 @@ class JobCallback(TrainerCallback):
             control.should_training_stop = True
             if state.is_world_process_zero:
                 self.write(force=True, stop_reason=self.stop_reason)
+
+    def _dev_point(self, step: int, control, kwargs) -> None:
+        """Score the dev set now; a new best is saved (and so registered) at this step."""
+        self.write(force=True, phase="scoring the dev set")
+        point = self.dev.measure(kwargs["model"], kwargs.get("processing_class") or kwargs.get("tokenizer"), step)
+        self.pace.evaluated(time.monotonic(), self.dev.dev.every)
+        if point["best"]:
+            control.should_save = True
+        self.write(force=True, phase="training", dev=self.dev.report())
+        print(f"[aci] dev {self.dev.dev.metric} at step {step}: {point['score']} on {point['items']} items "
+              f"({point['s']} s){', the best so far' if point['best'] else ''}", flush=True)
 
     def _timing(self, state, elapsed: float) -> dict:
         step, total = state.global_step, state.max_steps
@@ -183,7 +201,7 @@ class JobCallback(TrainerCallback):
             parent=self.cfg.parent, job=self.cfg.job, step=step, adapter=adapter, **identity.pin(folder),
         ).model_dump(mode="json", exclude_none=True)
         entry.update(method=self.cfg.method, loss=self.progress.get("loss"), learning_rate=self.applied_lr,
-                     **({"merged": str(merged)} if merged else {}))
+                     **({"merged": str(merged)} if merged else {}), **self._dev_entry(step, entry["checkpoint"]))
         removed = self._rotate(Path(args.output_dir), step)
         gone = f"; removed {', '.join(removed)} (keep_checkpoints={self.cfg.keep_checkpoints})" if removed else ""
         with self.state.event("train", f"checkpoint {entry['checkpoint']} saved{gone}", tool="train",
@@ -191,6 +209,17 @@ class JobCallback(TrainerCallback):
             w.append(records.CHECKPOINTS, entry)
         self.pace.saved(time.monotonic())
         self.write(force=True, phase="training", last_checkpoint=entry["checkpoint"])
+
+    def _dev_entry(self, step: int, checkpoint: str) -> dict:
+        """The dev score of the checkpoint saved at `step`, when the dev set was scored there."""
+        point = next((p for p in self.dev.curve if p["step"] == step), None) if self.dev else None
+        if point is None:
+            return {}
+        if point["best"]:
+            self.dev.best["checkpoint"] = checkpoint
+            self.progress["dev"] = self.dev.report()
+        return {"dev": {"metric": self.dev.dev.metric, "score": point["score"], "items": point["items"],
+                        "best": point["best"]}}
 
     def _rotate(self, output_dir: Path, step: int) -> list[str]:
         """Delete this job's oldest checkpoints beyond `keep_checkpoints`, except the one in final_model (its
@@ -200,7 +229,8 @@ class JobCallback(TrainerCallback):
             return []
         saved = sorted((int(p.name.split("-")[1]), p) for p in output_dir.glob("checkpoint-*")
                        if p.name.split("-")[1].isdigit() and int(p.name.split("-")[1]) <= step)
-        busy = {f"{self.cfg.job}/checkpoint-{n}" for n, _ in saved} & _in_use(self.state)
+        best = (self.dev.best or {}).get("checkpoint") if self.dev else None  # the best by dev stays
+        busy = {f"{self.cfg.job}/checkpoint-{n}" for n, _ in saved} & (_in_use(self.state) | {best})
         removed = []
         for n, folder in saved[:-keep]:
             cid = f"{self.cfg.job}/checkpoint-{n}"

@@ -26,16 +26,22 @@ def at_chance(first_loss: float | None, vocab_size: int | None) -> bool:
     return first_loss >= CHANCE_SHARE * chance_loss(vocab_size)
 
 
-def advice(first_loss: float | None, vocab_size: int | None, learning_rate: float | None = None) -> str | None:
-    """What a first loss at chance means for the recipe, in words; None when the first loss is below it."""
+def advice(first_loss: float | None, vocab_size: int | None, learning_rate: float | None = None,
+           default_rate: float | None = None) -> str | None:
+    """What a first loss at chance means for the recipe, in words; None when the first loss is below it.
+    `default_rate`: the method's default, so a rate the caller chose is not called the default."""
     if not at_chance(first_loss, vocab_size):
         return None
     c = chance_loss(vocab_size)
-    rate = f" (learning rate {learning_rate:g})" if learning_rate else ""
+    if learning_rate and default_rate and not math.isclose(learning_rate, default_rate):
+        recipe = (f"This job's learning rate {learning_rate:g} (chosen, not the default {default_rate:g}) starts "
+                  f"from a model that knows nothing of the format: it")
+    else:
+        rate = f" (learning rate {learning_rate:g})" if learning_rate else ""
+        recipe = f"The default recipe{rate} is meant for a pretrained, chat-ready model; from chance it"
     return (f"first loss {first_loss:.2f} sits at chance (ln {vocab_size:,} = {c:.2f}): the model has not learned "
-            f"this task's format yet and predicts its tokens as an untrained model would. The default recipe"
-            f"{rate} is meant for a pretrained, chat-ready model; from chance it needs many more steps and "
-            f"usually a higher learning rate with warmup (`aci demo` trains its untrained model at 1e-3 for "
+            f"this task's format yet and predicts its tokens as an untrained model would. {recipe} needs many "
+            f"more steps and usually a higher learning rate with warmup (`aci demo` trains its untrained model at 1e-3 for "
             f"500-1000 steps). Before training long: check that base_model loads its weights and that the "
             f"tokenizer and template are the model's own (a broken input also reads as chance); then watch the "
             f"loss fall below {c / 2:.1f} within the first few hundred steps, or raise the rate.")

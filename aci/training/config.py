@@ -74,6 +74,19 @@ class GrpoSettings(_Strict):
     unsafe_grader: bool = Field(False, description="unit-tests rewards may run completions as root (--unsafe-grader)")
 
 
+class DevSettings(_Strict):
+    """Resolved from the request's `dev_*` fields (`aci.training.dev.settings`), where their defaults live."""
+
+    path: str
+    every: int
+    items: int = Field(description="tasks scored at each point (the file's first N)")
+    max_new_tokens: int
+    grader: str | dict | None = Field(None, description="grader for tasks that name none")
+    metric: Literal["accuracy", "loss"] = Field(description="accuracy: graded replies; loss: no grader can score "
+                                                            "the tasks, so the loss of their gold answers")
+    source: str = Field(description="what scores the tasks, in words")
+
+
 class TrainConfig(Schedule):
     method: Literal["sft", "grpo"]
     job: str
@@ -97,6 +110,7 @@ class TrainConfig(Schedule):
     deepspeed: str | None = Field(None, description="DeepSpeed config file passed as TrainingArguments.deepspeed")
     num_processes: int = Field(1, ge=1, description="> 1: launched with `accelerate launch`")
     grpo: GrpoSettings | None = None
+    dev: DevSettings | None = Field(None, description="the dev curve (aci.training.dev), None without --dev-set")
     stop_at: str | None = Field(None, description="ISO time the job saves and stops at (deadline minus reserve)")
     measure: bool = Field(False, description="a throughput measurement: no checkpoints are saved")
     find_batch: bool = Field(False, description="measurement: first find the largest micro-batch that fits "

@@ -35,22 +35,38 @@ class Pace:
         self.estimate = estimate or {}
         self.durations: deque[float] = deque(maxlen=WINDOW)
         self.last_end: float | None = None
-        self.saving = 0.0  # seconds spent saving since the last step ended
+        self.mark: float | None = None  # when the last step, save or evaluation ended
+        self.aside = 0.0  # seconds spent saving or evaluating since the last step ended
         self.save_s: float | None = None  # the last save, measured
         self.save_bytes = 0
+        self.eval_per_step = 0.0  # the dev evaluation's time, spread over the steps between two of them
 
     def started(self, t: float) -> None:
-        self.last_end, self.saving = t, 0.0
+        self.last_end, self.mark, self.aside = t, t, 0.0
 
     def step_ended(self, t: float) -> None:
         if self.last_end is not None:
-            self.durations.append(max(1e-6, t - self.last_end - self.saving))
-        self.last_end, self.saving = t, 0.0
+            self.durations.append(max(1e-6, t - self.last_end - self.aside))
+        self.last_end, self.mark, self.aside = t, t, 0.0
+
+    def _since_mark(self, t: float) -> float | None:
+        if self.mark is None:
+            return None
+        took, self.mark = t - self.mark, t
+        self.aside += took
+        return took
 
     def saved(self, t: float) -> None:
-        """A save finished at `t` (it began when the last step ended)."""
-        if self.last_end is not None:
-            self.saving = self.save_s = t - self.last_end
+        """A save finished at `t` (it began when the last step, or an evaluation after it, ended)."""
+        took = self._since_mark(t)
+        if took is not None:
+            self.save_s = took
+
+    def evaluated(self, t: float, every: int) -> None:
+        """A dev evaluation finished at `t`; it recurs every `every` steps, so each step costs a share of it."""
+        took = self._since_mark(t)
+        if took is not None:
+            self.eval_per_step = took / every
 
     def measured(self) -> float | None:
         """The step time measured now (None before `MIN_STEPS` steps)."""
@@ -79,7 +95,8 @@ class Pace:
         step_s, _ = self.step_s()
         if step_s is None:
             return None
-        return max(0, math.floor((seconds_left - SAVE_SAFETY * self.save_time()[0]) / (HEADROOM * step_s)))
+        return max(0, math.floor((seconds_left - SAVE_SAFETY * self.save_time()[0]) /
+                                 (HEADROOM * (step_s + self.eval_per_step))))
 
 
 def forecast(pace: Pace, *, step: int, end: int, total: int, kind: str, stop_at: datetime | None,

@@ -19,10 +19,10 @@ from aci import jobfiles, jobs, manifest
 from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
-from aci.training import batch, chance, datacheck, gates, hardware, tokenized
+from aci.training import batch, chance, datacheck, dev, gates, hardware, tokenized
 from aci.training import config as config_mod
 from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
-from aci.training.request import LORA_TARGETS, TrainRequest
+from aci.training.request import LORA_TARGETS, TrainRequest, default_learning_rate
 
 MEASURE_TIMEOUT_S = 1800
 TIMED_SAMPLES = 16  # samples tokenized a second time, warm, to time tokenization
@@ -147,7 +147,7 @@ def code_sandbox(req: TrainRequest, ctx: Context, report: dict) -> list[str]:
 
 
 def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, template_path: Path | None,
-               deepspeed: str | None, rows: int, data_sha256: str) -> TrainConfig:
+               deepspeed: str | None, rows: int, data_sha256: str, dev_settings=None) -> TrainConfig:
     """The job's config from a checked request: request settings as given, defaults resolved, paths absolute,
     and the hash of the data the gates passed (the job trains only on bytes with that hash)."""
     data = Path(req.data)
@@ -170,6 +170,7 @@ def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, 
                           temperature=req.temperature, beta=req.beta, use_vllm=use_vllm, grader=req.grader,
                           unsafe_grader=req.unsafe_grader)
         if req.method == "grpo" else None,
+        dev=dev_settings,
         stop_at=stop_at.isoformat(timespec="seconds") if stop_at else None,
     )
 
@@ -190,12 +191,15 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
     if req.method == "grpo" and completions % req.num_generations:
         raise ACIError(f"grpo: batch_size x grad_accum x num_gpus = {completions} completions must be a multiple "
                        f"of num_generations={req.num_generations}")
+    dev_settings, dev_warnings = dev.settings(req, ctx)
     report, warnings = inspect_data(req, ctx, src.path, template_path, data_sha256)
-    warnings = [*warnings, *code_sandbox(req, ctx, report)]
+    warnings = [*warnings, *code_sandbox(req, ctx, report), *dev_warnings]
     from aci.training.data import count_rows
 
     rows = count_rows(data_path)
-    cfg = job_config(req, ctx, job_id, src, template_path, deepspeed, rows, data_sha256)
+    cfg = job_config(req, ctx, job_id, src, template_path, deepspeed, rows, data_sha256, dev_settings)
+    if dev_settings:
+        report["dev"] = dev_settings.model_dump(mode="json")
     seq_per_sample = report["sequences"] / report["samples_checked"]
     if req.method == "sft":
         report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=_packs(req),
@@ -225,7 +229,8 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
         found = probe.progress.get("batch") or {}
         report["batch"] = {**found, "source": f"measured now by job {probe.id}"}
         report["first_loss"] = probe.progress.get("first_loss")
-        note = chance.advice(report["first_loss"], probe.progress.get("vocab_size"), cfg.learning_rate)
+        note = chance.advice(report["first_loss"], probe.progress.get("vocab_size"), cfg.learning_rate,
+                             default_learning_rate(req.method, req.lora))
         if note:
             warnings.append(note)
     else:
@@ -237,6 +242,7 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
         cfg = cfg.model_copy(update={"batch_size": found["micro_batch"], "grad_accum": found["grad_accum"],
                                      "gradient_checkpointing": found["gradient_checkpointing"]
                                      if req.gradient_checkpointing is None else req.gradient_checkpointing})
+    report["per_step"] = per_step(req, cfg, found)
     if action == "dry-run" and req.lr_probe:
         report["lr_probe"] = probe_rates(ctx, cfg, req)
     rate = rate or gates.measured_rate(ctx, cfg.model_dump(mode="json"))
@@ -257,6 +263,22 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
     if est.get("note"):
         warnings.append(est["note"])
     return cfg, report, warnings, probe
+
+
+def per_step(req: TrainRequest, cfg: TrainConfig, found: dict) -> dict:
+    """What one optimizer step holds and why, so that a default gradient accumulation is not silent."""
+    default_accum = config_mod.Schedule.model_fields["grad_accum"].default
+    samples = cfg.batch_size * cfg.grad_accum * cfg.num_processes
+    if found.get("searched"):
+        why = (f"--batch-size {req.batch_size} x --grad-accum {req.grad_accum} as asked, split into the largest "
+               f"micro-batch that fits (measured)")
+    elif req.grad_accum == default_accum:
+        why = (f"--grad-accum {default_accum} is the default: --grad-accum 1 makes {default_accum}x as many steps "
+               f"of a quarter the samples each, often better for a short run on a small set")
+    else:
+        why = "as given"
+    return {"samples": samples, "micro_batch": cfg.batch_size, "grad_accum": cfg.grad_accum,
+            "processes": cfg.num_processes, "why": why}
 
 
 def _packs(req: TrainRequest) -> bool:
@@ -313,7 +335,7 @@ def measurement(ctx: Context, cfg: TrainConfig, updates: dict, message: str) -> 
     """Run a measurement job (no checkpoints, no stop time, a log line per step) of `cfg` with `updates` and
     wait for it; a measurement that fails is an error that carries its log."""
     job = cfg.model_copy(update={"job": jobs.new_id("train"), "measure": True, "logging_steps": 1, "stop_at": None,
-                                 **updates})
+                                 "dev": None, **updates})
     job = job.model_copy(update={"output_dir": str(ctx.workdir / "checkpoints" / job.job)})
     view = launch(ctx, job, message)
     end = time.monotonic() + MEASURE_TIMEOUT_S

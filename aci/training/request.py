@@ -55,9 +55,18 @@ class TrainRequest(Schedule):
     beta: float = Field(0.0, ge=0, description="grpo: KL coefficient")
     use_vllm: bool | None = Field(None, description="grpo: generate with vLLM (default: when vllm is installed "
                                                     "and CUDA present)")
-    grader: str | None = Field(None, description="grpo: grader for tasks that name none (e.g. final-answer)")
+    grader: str | None = Field(None, description="grpo rewards and the dev set: grader for tasks that name none "
+                                                 "(e.g. final-answer; the dev set's default: the run card's)")
     unsafe_grader: bool = Field(False, description="grpo: let unit-tests rewards run completions as root where no "
                                                    "sandbox can drop root (rule sandbox; journaled as a weakening)")
+    dev_set: str | None = Field(None, description=(
+        "JSONL of held-out task records drawn from the training source, never test items: every --dev-every steps "
+        "and at the end the job generates a greedy reply to each and grades it; the best point is saved and "
+        "registered as a checkpoint (the best by dev), and `train status` shows the curve"))
+    dev_every: int = Field(100, ge=1, description="--dev-set: score it every N steps")
+    dev_items: int = Field(64, ge=1, le=2000, description="--dev-set: tasks scored at each point (the file's first N)")
+    dev_max_new_tokens: int = Field(256, ge=1, le=8192, description="--dev-set: new tokens per reply (set the "
+                                                                    "evaluation's limit)")
     deepspeed: str | None = Field(None, description="zero2, zero3 (shipped configs) or a DeepSpeed JSON file")
     num_gpus: int = Field(1, ge=1, description="> 1: launch with `accelerate launch --num_processes N`")
     tokens_per_s: float | None = Field(None, gt=0, description="declared throughput for the deadline check "

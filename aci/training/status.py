@@ -11,7 +11,8 @@ from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
 from aci.state import now, parse_ts, read_json
-from aci.training import chance
+from aci.training import chance, dev
+from aci.training.request import default_learning_rate
 
 
 def registered(ctx: Context) -> dict[str, list[dict]]:
@@ -50,11 +51,30 @@ def job(ctx: Context, job_id: str | None) -> tuple[JobView, list[dict]]:
     return with_last_checkpoint(jobs.view(ctx.state, job_id), found), found.get(job_id, [])
 
 
+def ranking(views: list[JobView]) -> list[str]:
+    """Pilots side by side: the jobs with a dev curve, best first by their score at the largest step they all
+    reached (equal steps from the same start are what make short runs comparable)."""
+    curves = {v.id: (v.progress.get("dev") or {}) for v in views}
+    curves = {k: d for k, d in curves.items() if d.get("curve")}
+    if len(curves) < 2:
+        return []
+    metrics = {d["metric"] for d in curves.values()}
+    if len(metrics) > 1:
+        return ["pilots: not ranked, their dev curves measure different things (accuracy and loss)"]
+    step = min(max(p["step"] for p in d["curve"]) for d in curves.values())
+    at = {k: max((p for p in d["curve"] if p["step"] <= step), key=lambda p: p["step"]) for k, d in curves.items()}
+    order = sorted(at, key=lambda k: at[k]["score"], reverse=metrics == {"accuracy"})
+    line = ", ".join(f"{k} {at[k]['score']:.3g}" + (f" (step {at[k]['step']})" if at[k]["step"] != step else "")
+                     for k in order)
+    return [f"pilots by dev {metrics.pop()} at step {step}, best first: {line}"]
+
+
 def rate_advice(view: JobView) -> str | None:
     """What a first loss near chance says about the learning rate, once the job has logged one."""
     p = view.progress
-    rate = (read_json(Path(view.folder) / jobfiles.CONFIG) or {}).get("learning_rate")
-    return chance.advice(p.get("first_loss"), p.get("vocab_size"), rate)
+    cfg = read_json(Path(view.folder) / jobfiles.CONFIG) or {}
+    default = default_learning_rate(cfg["method"], bool(cfg.get("lora"))) if cfg.get("method") else None
+    return chance.advice(p.get("first_loss"), p.get("vocab_size"), cfg.get("learning_rate"), default)
 
 
 def describe(p: dict) -> list[str]:
@@ -68,6 +88,7 @@ def describe(p: dict) -> list[str]:
         out.append(f"  schedule {fc.get('kind')}: {fc['note']} [rate {rate}{was}]")
     for e in p.get("schedule_events") or []:
         out.append(f"  schedule change at step {e['step']} ({e['at']}): {e['what']}")
+    out += dev.describe(p.get("dev"))
     s = p.get("startup") or {}
     if "to_first_step_s" in s:
         out.append(f"  time to step 1: {s['to_first_step_s']} s (data: {s.get('tokenized')}, {s.get('tokenize_s')} s)")
