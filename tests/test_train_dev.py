@@ -60,6 +60,7 @@ def test_the_dev_curve_is_shown_and_its_best_checkpoint_registered_and_kept(run)
     assert "dev accuracy on 8 items (each task's own grader) by step: 20: " in text
     assert f"best by dev: {best['score']} at step {best['step']} ({best['checkpoint']})" in text
     assert "dev reply at step 80" in text  # replies to read, with their grader's reason
+    assert "cpu threads: OMP_NUM_THREADS=1 (set by the caller)" in text  # the tests' own choice, kept
 
 
 def test_without_a_grader_the_curve_is_the_gold_answers_loss_and_says_so(run):

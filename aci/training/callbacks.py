@@ -30,7 +30,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from aci import jobfiles, jobs, records
+from aci import cpus, jobfiles, jobs, records
 from aci.evaluation import identity
 from aci.state import State, iso, now, parse_ts
 from aci.training import dev, pace, schedule
@@ -57,6 +57,8 @@ class JobCallback(TrainerCallback):
         self.changed: str | None = None  # what the last re-plan did, in words
         self.dev = None if cfg.dev is None or cfg.measure else dev.DevCurve(
             cfg.dev, workdir=cfg.workdir, template=None, kwargs=cfg.template_kwargs)  # the tokenizer's = the eval's
+        # on CPU: threads from the cores other processes leave free, the first window while the job prepares
+        self.cpus: cpus.Governor | None = None if _cuda() else cpus.Governor()
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     # -- progress ------------------------------------------------------------------------------
@@ -81,6 +83,8 @@ class JobCallback(TrainerCallback):
         self.pace.started(self.t0)
         self.training = True
         self.progress.pop("preparing", None)
+        if self.cpus:
+            self._threads(force=True)
         if model is not None:
             self.pace.save_bytes = checkpoint_bytes(model, adapter=self.cfg.lora is not None, merged=self.cfg.merge_lora)
         if state.is_world_process_zero:
@@ -133,6 +137,8 @@ class JobCallback(TrainerCallback):
             elif more is not None and more < 1:
                 cut = f", before the wsd decay reached its floor (planned for step {end})" if self.plan else ""
                 self.stop_reason = f"reached the final reserve (stop_at {self.cfg.stop_at}){cut}"
+        if self.cpus:
+            self._threads()
         if self.dev and state.is_world_process_zero and self.dev.due(step, last=bool(self.stop_reason) or
                                                                     step >= state.max_steps):
             self._dev_point(step, control, kwargs)
@@ -152,6 +158,13 @@ class JobCallback(TrainerCallback):
             control.should_training_stop = True
             if state.is_world_process_zero:
                 self.write(force=True, stop_reason=self.stop_reason)
+
+    def _threads(self, force: bool = False) -> None:
+        """Re-measure the free cores when due and compute with that many threads (`aci.cpus`)."""
+        changed = self.cpus.apply(force=force)
+        if changed:
+            self.progress["cpu_threads"] = self.cpus.report()
+            print(f"[aci] cpu threads: {changed.why}", flush=True)
 
     def _dev_point(self, step: int, control, kwargs) -> None:
         """Score the dev set now; a new best is saved (and so registered) at this step."""
@@ -238,6 +251,12 @@ class JobCallback(TrainerCallback):
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(cid)
         return removed
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _in_use(state: State) -> set[str]:

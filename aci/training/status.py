@@ -89,6 +89,10 @@ def describe(p: dict) -> list[str]:
     for e in p.get("schedule_events") or []:
         out.append(f"  schedule change at step {e['step']} ({e['at']}): {e['what']}")
     out += dev.describe(p.get("dev"))
+    threads = p.get("cpu_threads") or {}
+    if threads.get("why"):
+        out.append(f"  cpu threads: {threads['why']}" + (f" ({len(threads['changes']) - 1} changes while running)"
+                                                         if len(threads.get("changes", [])) > 1 else ""))
     s = p.get("startup") or {}
     if "to_first_step_s" in s:
         out.append(f"  time to step 1: {s['to_first_step_s']} s (data: {s.get('tokenized')}, {s.get('tokenize_s')} s)")
