@@ -52,7 +52,8 @@ def reminders(ctx: Context, gate_map: dict[str, Gate] | None = None) -> list[str
     if not gate_map["baseline"].passed:
         out.append("No baseline yet: evaluate the base model before training.")
     elif not gate_map["first-promoted"].passed:
-        out.append("No final_model yet: promote the first checkpoint that beats the base model.")
+        out.append("final_model is the base model, a floor: promote the first trained checkpoint that beats it."
+                   if ctx.best else "No final_model yet: promote the first checkpoint that beats the base model.")
     elif not clk.in_reserve():
         g = goal(ctx)
         if g.source == "top of the scale":  # nothing above it to improve: say what is left to confirm or do

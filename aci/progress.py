@@ -37,6 +37,16 @@ class Gate(BaseModel):
     evidence: str = ""
 
 
+def uncounted_evidence(entry: dict, minimum: int) -> str:
+    """What blocks a gate when the base was evaluated but the number of items it scored cannot be read: a
+    limit is a request the script may cap, so it is not taken as the count."""
+    limit = f" (asked for --limit {entry['limit']})" if entry.get("limit") is not None else ""
+    return (f"the base model was evaluated{limit} but the eval command's output holds no sample count the tools "
+            f"can read, so it cannot count toward the {minimum} samples needed: name the key that holds the count "
+            f"with `aci plan update --count-key <dotted key>` (its numbers are in the metrics JSON of "
+            f"evals/{entry.get('eval_id')}/), or make the script write one (n, num_samples), then evaluate again")
+
+
 def gates(ctx: Context) -> dict[str, Gate]:
     st, card, best = ctx.state, ctx.card, ctx.best
     journal = st.journal() if card else []
@@ -57,9 +67,12 @@ def gates(ctx: Context) -> dict[str, Gate]:
         if e.get("type") == "evaluated" and e.get("checkpoint") == "base" and not e.get("error")
         and (e.get("samples") or 0) >= minimum
     ] if card else []
+    uncounted = [e for e in st.lines(records.CHECKPOINTS) if e.get("type") == "evaluated" and
+                 e.get("checkpoint") == "base" and not e.get("error") and not e.get("samples")] if card else []
     out["baseline"] = Gate(
         name="baseline", passed=bool(base), at=base[0]["ts"] if base else None,
         evidence=f"base model scored {base[0].get('score')} on {base[0].get('samples')} samples" if base
+        else uncounted_evidence(uncounted[-1], minimum) if uncounted
         else f"no evaluation of the base model on >= {minimum} samples",
     )
 

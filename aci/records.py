@@ -65,6 +65,7 @@ class RunCard(Record):
     eval_options: EvalOptions | None = Field(None, description="the eval command's options, as plan init placed them")
     metric_key: str | None = Field(None, description="key of the score in the eval command's JSON (dotted for "
                                    "nested objects)")
+    count_key: str | None = Field(None, description="key of the number of items scored in the eval command's JSON")
     template: str | None = Field(None, description="chat template (.jinja) the evaluation renders")
     grader: str | None = Field(None, description="grader spec (a name, python:mod:fn or JSON) for tasks that name "
                                                  "none: what the evaluation scores with")

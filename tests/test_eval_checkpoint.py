@@ -77,8 +77,19 @@ def test_eval_command_arguments_and_metrics_parsing(tmp_path):
 def test_metric_key_and_sample_count_come_from_the_json(workdir, tiny_model):
     init_run(workdir, tiny_model, command=eval_command("--metric", "pass_rate", "--n-examples", "37"),
              metric_key="pass_rate")
-    e = call(workdir, checkpoint="base", limit=50).result
+    out = call(workdir, checkpoint="base", limit=50)
+    e = out.result
     assert (e["score"], e["samples"], e["metric"]) == (pytest.approx(0.2), 37, "pass_rate")
+    assert e["beside"] == {"stderr": 0.01, "n_examples": 37}  # what the script wrote next to the score
+    assert 'beside pass_rate: {"stderr": 0.01, "n_examples": 37}' in out.summary()
+
+
+def test_the_values_beside_a_nested_score_are_kept_and_cut():
+    metrics = {"results": {"accuracy": 0.01, "by_kind": {"add": 0.0, "sub": 0.02}, "n": 400}, "other": 1}
+    assert command.beside(metrics, "results.accuracy") == {"by_kind": {"add": 0.0, "sub": 0.02}, "n": 400}
+    long = command.beside({"accuracy": 1, "rows": ["x" * 50] * 40}, "accuracy", limit=100)
+    assert list(long) == ["rows"] and long["rows"].endswith("...") and len(long["rows"]) <= 103
+    assert command.beside({"accuracy": 1}, "accuracy") is None
 
 
 def test_trials_give_a_mean_and_a_range_and_small_samples_warn(workdir, tiny_model):
@@ -241,6 +252,7 @@ def test_base_can_be_promoted_first_as_a_floor(workdir, tiny_model):
     assert out.promotion.promoted and c.state.read(records.BEST)["checkpoint"] == "base"
     assert (workdir / "final_model" / "config.json").is_file()
     assert not gates(ctx(workdir))["first-promoted"].passed  # a floor, not a trained model
+    assert any(r.startswith("final_model is the base model, a floor") for r in out.run.reminders), out.run.reminders
     with pytest.raises(ACIError, match="^base is already final_model"):
         call(workdir, action="promote", checkpoint="base")
 
@@ -671,3 +683,28 @@ def test_one_gpu_job_at_a_time(workdir, tiny_model):
         assert jobs.stop(state, job.id, grace_s=5).status == "stopped"
     registry.call("plan", {"action": "update", "eval_command": eval_command()}, ctx(workdir))
     assert call(workdir, checkpoint="base", limit=40).result["score"] == pytest.approx(0.2)
+
+
+TALLY_EVAL = """import argparse, json
+p = argparse.ArgumentParser()
+p.add_argument("--model-path")
+p.add_argument("--limit", type=int, default=500)
+p.add_argument("--json-output-file")
+a = p.parse_args()
+json.dump({"results": {"accuracy": 0.25, "tally": {"scored": min(a.limit, 500)}}}, open(a.json_output_file, "w"))
+"""
+
+
+def test_an_unreadable_sample_count_says_what_blocks_and_a_count_key_reads_it(workdir, tiny_model):
+    (workdir / "tally_eval.py").write_text(TALLY_EVAL)
+    cmd = f"{sys.executable} tally_eval.py --model-path {{model_path}} --limit {{limit}} --json-output-file {{output}}"
+    init_run(workdir, tiny_model, command=cmd)
+    assert call(workdir, checkpoint="base", limit=100).result["samples"] is None
+    gate = gates(ctx(workdir))["baseline"]
+    assert not gate.passed and "asked for --limit 100" in gate.evidence and "--count-key" in gate.evidence
+    registry.call("plan", {"action": "update", "count_key": "results.tally.scored"}, ctx(workdir))
+    assert call(workdir, checkpoint="base", limit=100).result["samples"] == 100
+    assert gates(ctx(workdir))["baseline"].passed
+    registry.call("plan", {"action": "update", "count_key": "results.nothing"}, ctx(workdir))
+    with pytest.raises(ACIError, match="count_key 'results.nothing' is not a positive whole number"):
+        call(workdir, checkpoint="base", limit=100)

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from aci.errors import ACIError
+from aci.evaluation.options import OMIT
 from aci.evaluation.stats import Trial
 from aci.evaluation.translation import split
 from aci.jobs import tail
@@ -54,6 +55,8 @@ def argv(template: str, *, model_path: str, limit: int | None, output: Path, see
         raise ACIError(f"eval command has no {{model_path}} placeholder: {template!r}")
     values = {"{model_path}": model_path, "{output}": str(output), "{seed}": str(seed)}
     out: list[str] = []
+    if limit == -1 and limit_all == OMIT:  # its option's absence means every item
+        limit = None
     for part in parts:
         if "{limit}" in part and limit is None:
             if part == "{limit}" and out and out[-1].startswith("-"):
@@ -130,9 +133,37 @@ def _count(obj: dict) -> int | None:
     return None
 
 
-def sample_count(metrics: dict, metric: str | None = None) -> int | None:
-    """The number of items scored, as the metrics JSON says: beside the score (`results.ledger.n` for
-    `results.ledger.exact_match`) or in an object above it, else the one count the whole JSON holds."""
+def beside(metrics: dict, metric: str, limit: int = 600) -> dict | None:
+    """The values next to the score in its object (`by_kind` beside `accuracy`): a breakdown the user's
+    script computed is the first thing to read, so it is kept, cut to about `limit` characters."""
+    obj: object = metrics
+    *parents, leaf = metric.split(".")
+    for part in parents:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    if not isinstance(obj, dict):
+        return None
+    out, used = {}, 0
+    for k, v in obj.items():
+        if k == leaf:
+            continue
+        text = json.dumps(v, default=str)
+        if used + len(text) > limit:
+            out[k] = text[:max(0, limit - used)] + "..." if not out else "..."
+            break
+        out[k], used = v, used + len(text)
+    return out or None
+
+
+def sample_count(metrics: dict, metric: str | None = None, count_key: str | None = None) -> int | None:
+    """The number of items scored, as the metrics JSON says: at `count_key` (the run card's) when given,
+    beside the score (`results.ledger.n` for `results.ledger.exact_match`) or in an object above it, else
+    the one count the whole JSON holds."""
+    if count_key:
+        found = dict(leaves(metrics)).get(count_key)
+        if isinstance(found, int) and not isinstance(found, bool) and found > 0:
+            return found
+        raise ACIError(f"the run card's count_key {count_key!r} is not a positive whole number in the metrics "
+                       f"(numbers: {', '.join(p for p, v in leaves(metrics) if _numeric(v))[:300]})")
     path = (metric or "").split(".")[:-1]
     for depth in range(len(path), -1, -1):
         obj = metrics
@@ -220,7 +251,7 @@ class CommandEvaluator:
     """Runs the eval command once per trial and reads its metrics JSON."""
 
     def __init__(self, template: str, *, metric_key: str | None, limit: int | None, timeout_s: float,
-                 cwd: Path, out_dir: Path, label: str, limit_all: str | None = None):
+                 cwd: Path, out_dir: Path, label: str, limit_all: str | None = None, count_key: str | None = None):
         if limit is not None and "{limit}" not in template:
             raise ACIError(f"--limit {limit} cannot reach the eval command: it has no {{limit}} placeholder, so it "
                            f"would score what it scores by default while the result claimed {limit}: {template!r}. "
@@ -228,6 +259,7 @@ class CommandEvaluator:
                            f"update --eval-command '<as typed>' --limit-option <option> [--limit-all <value>]")
         self.template = template
         self.limit_all = limit_all
+        self.count_key = count_key
         self.metric_key = metric_key
         self.limit = limit
         self.timeout_s = timeout_s
@@ -286,8 +318,9 @@ class CommandEvaluator:
         # What the command scored, never what was asked: the JSON's count, else the inspect log's, else the
         # lines of the per-sample log it wrote; otherwise unknown (a limit is a request the script may cap).
         details = {"metric": name, "metrics_file": output.name if output.is_file() else None,
-                   "command": shlex.join(cmd), "seconds": round(time.monotonic() - started, 2)}
-        samples = sample_count(metrics, name)
+                   "command": shlex.join(cmd), "seconds": round(time.monotonic() - started, 2),
+                   "beside": beside(metrics, name)}
+        samples = sample_count(metrics, name, self.count_key)
         if samples:
             details["samples_from"] = source
         logged = inspect_log(self.cwd, since, model_path)

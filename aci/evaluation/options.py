@@ -36,7 +36,7 @@ _NAMES = {
                    "pretrained", "model-folder", "checkpoint-path", "checkpoint-dir", "ckpt-path", "model-id"},
     "limit": {"limit", "n", "num-samples", "n-samples", "max-samples", "num-examples", "n-examples", "max-examples",
               "samples", "num", "count", "num-items", "n-items", "max-items", "num-problems", "num-questions",
-              "sample-limit", "max-n"},
+              "sample-limit", "max-n", "sample", "sample-size", "subsample", "num-sample", "n-sample"},
     "output": {"out", "output", "output-file", "out-file", "output-path", "json-output-file", "json", "json-out",
                "json-output", "results", "results-file", "result-file", "metrics", "metrics-file", "save-path",
                "output-json", "metrics-out", "results-out"},
@@ -62,6 +62,8 @@ _NOT = {
 _OPTION_NAME = re.compile(r"-{1,2}[A-Za-z0-9][\w.-]*")  # what a command line's option name looks like
 _DIRECTORY = re.compile(r"(?i)\b(directory|folder|dir)\b")
 _ALL_WORDS = re.compile(r"(?i)\b(all|every|entire|whole|full|no limit|unlimited)\b")
+_DEFAULT_ALL = re.compile(r"(?i)\bdefault\b\W{0,3}(is\s+)?(all|every|the (whole|full|entire))\b")
+OMIT = "omit"  # the limit value that means every item is no value: the option is left out
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
 
 
@@ -204,6 +206,8 @@ def all_value(help_text: str, typed: str | None) -> tuple[str | None, str | None
             found.add(min(near)[1])
     if len(found) == 1:
         return found.pop(), "its help text"
+    if not found and _DEFAULT_ALL.search(help_text):
+        return OMIT, "its help text: without the option it scores every item"
     if typed is not None and re.fullmatch(r"-?\d+", typed) and int(typed) <= 0:
         return typed, "the command as typed"
     return None, None

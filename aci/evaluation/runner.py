@@ -109,7 +109,8 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
         mapped = card.eval_options if template == card.eval_command else None
         return CommandEvaluator(template, metric_key=key, limit=spec.limit, timeout_s=spec.timeout_s,
                                 cwd=ctx.workdir, out_dir=out_dir, label=label,
-                                limit_all=mapped.limit_all if mapped else None)
+                                limit_all=mapped.limit_all if mapped else None,
+                                count_key=card.count_key if template == card.eval_command else None)
     if spec.evaluator == "lm-eval":
         from aci.evaluation.lmeval import LMEvalEvaluator
 
@@ -259,6 +260,7 @@ def _entry(ctx, ck, spec, evaluator, trials, seeds, eval_id, duration, error, jo
     if trials:
         fields["metric"] = trials[0].details.get("metric")
         extra["inspect_logs"] = [t.details["inspect_log"] for t in trials if t.details.get("inspect_log")]
+        extra["beside"] = trials[0].details.get("beside")  # the first trial's breakdown, as the script wrote it
         # What the evaluator reported, else the explicit limit; never the benchmark's size, which an eval
         # command need not score whole (PostTrainBench's evaluate.py scores 150 GSM8K items without --limit).
         # unknown if any trial's count is: a known count must cover every trial it is claimed for

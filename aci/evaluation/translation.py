@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aci.errors import ACIError
-from aci.evaluation.options import PLACEHOLDER, ROLES, WHAT, Help, all_value, read_help, roles
+from aci.evaluation.options import OMIT, PLACEHOLDER, ROLES, WHAT, Help, all_value, read_help, roles
 
 SUBMISSION_DIR = "final_model"  # the folder a command as typed names as the model
 WHY = {
@@ -173,7 +173,9 @@ def describe(options: dict) -> list[str]:
             lines.append(f"{WHAT[role]}: none placed")
             continue
         extra = ""
-        if role == "limit" and options.get("limit_all") is not None:
+        if role == "limit" and options.get("limit_all") == OMIT:
+            extra = f", every item = the option left out (from {how.get('limit_all')})"
+        elif role == "limit" and options.get("limit_all") is not None:
             extra = f", every item = {options['limit_all']} (from {how.get('limit_all')})"
         elif role == "limit":
             extra = ", no every-item value known (--limit -1 is passed on as -1)"

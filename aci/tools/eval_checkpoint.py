@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from pydantic import Field
@@ -53,6 +54,8 @@ class EvalCheckpointOutput(ToolOutput):
             lines.append(f"{r['checkpoint']}: {r['score']:.4g}{rng} on {r.get('samples') or 'unknown'} samples, "
                          f"{len(r['scores'])} trial(s){seeds}, {r['evaluator']} limit {r.get('limit')} "
                          f"({r['duration_s']:.0f} s)")
+            if r.get("beside"):
+                lines.append(f"  beside {r.get('metric')}: {json.dumps(r['beside'], default=str)[:700]}")
         if self.comparison:
             c = self.comparison
             verdict = "beats" if c.beats else "does not beat" if c.decided else "cannot be compared with"

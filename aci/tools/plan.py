@@ -36,6 +36,8 @@ class PlanInput(ToolInput):
     seed_option: str | None = Field(None, description="the eval command's option that takes a seed")
     metric_key: str | None = Field(None, description="key of the score in the eval command's JSON output (dotted "
                                                      "for nested JSON: results.task.exact_match)")
+    count_key: str | None = Field(None, description="key of the number of items scored in the eval command's JSON "
+                                                    "(dotted), when the tools cannot find one")
     template: str | None = Field(None, description="chat template .jinja the evaluation renders (default: templates/<family>.jinja)")
     grader: str | None = Field(None, description="grader for tasks that name none, as the evaluation scores "
                                                  f"(verify-task's default): {SPEC_HELP}")
