@@ -186,6 +186,21 @@ def test_dev_set_is_generated_and_graded_per_task(workdir, tiny_model):
     assert per["any-1"] == 1.0 and per["num-0"] == 0.0
     with pytest.raises(ACIError, match="'num-0'"):  # tasks without a grader need a default
         call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", limit=2)
+    assert len(out.replies) == 15 and {r["score"] for r in out.replies} == {0.0}  # failures first
+
+
+def test_sample_generates_and_grades_a_few_items_to_read(workdir, tiny_model):
+    init_run(workdir, tiny_model)
+    _dev_set(workdir / "dev.jsonl")
+    with pytest.raises(ACIError, match="sample needs --dev-set"):
+        call(workdir, action="sample", checkpoint="base")
+    out = call(workdir, action="sample", checkpoint="base", dev_set="dev.jsonl", grader="last-number",
+               max_new_tokens=6)
+    assert out.action == "sample" and out.result["samples"] == 15 and out.result["limit"] == 15
+    assert len(out.replies) == 15 and [r["score"] for r in out.replies] == sorted(r["score"] for r in out.replies)
+    text = out.summary()
+    first = out.replies[0]
+    assert f"reply {first['id']} scored {first['score']:.3g} ({first['reason']}): " in text
 
 
 def test_promotion_keeps_the_better_checkpoint_and_refuses_a_worse_one(workdir, tiny_model):

@@ -31,6 +31,15 @@ def load(path: Path, limit: int | None) -> list[dict]:
     return tasks
 
 
+def replies(out_dir: Path, n: int) -> list[dict]:
+    """The first trial's replies with their verdicts, lowest scores first (the failures to read)."""
+    files = sorted(out_dir.glob("seed-*.responses.jsonl"))
+    if not files:
+        return []
+    rows = [json.loads(line) for line in files[0].read_text(encoding="utf-8").splitlines() if line.strip()]
+    return sorted(rows, key=lambda r: r["score"])[:n]
+
+
 class DevSetEvaluator:
     """Generates a reply to every task per trial and scores it with the task's grader."""
 
