@@ -79,6 +79,14 @@ def choose(a: Sample | None, b: Sample | None) -> Choice:
                            f"{b.t - a.t:.0f} s")
 
 
+def measure(window_s: float = 0.3) -> Choice:
+    """The threads for a process about to start (an eval command beside training): the load over a short
+    pause now, for want of an earlier sample."""
+    a = sample()
+    time.sleep(window_s)
+    return choose(a, sample())
+
+
 class Governor:
     """Sets torch's intra-op threads from the load measured since the last check: created while the job
     prepares (so its first window is the model's loading, at no cost), applied at the first step and every

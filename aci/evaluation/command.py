@@ -31,6 +31,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from aci import cpus
 from aci.errors import ACIError
 from aci.evaluation.options import OMIT
 from aci.evaluation.stats import Trial
@@ -278,10 +279,12 @@ class CommandEvaluator:
         output.unlink(missing_ok=True)
         cmd = argv(self.template, model_path=model_path, limit=self.limit, output=output, seed=seed,
                    limit_all=self.limit_all)
+        threads = cpus.measure()  # a training job beside it keeps its cores: the command computes on the rest
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads.threads)}
         started, since = time.monotonic(), time.time()
         with open(log_path, "wb") as log:
             try:
-                proc = subprocess.Popen(cmd, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
+                proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True,
                                         preexec_fn=dies_with_parent())  # a killed job takes it along
             except OSError as e:
@@ -319,7 +322,7 @@ class CommandEvaluator:
         # lines of the per-sample log it wrote; otherwise unknown (a limit is a request the script may cap).
         details = {"metric": name, "metrics_file": output.name if output.is_file() else None,
                    "command": shlex.join(cmd), "seconds": round(time.monotonic() - started, 2),
-                   "beside": beside(metrics, name)}
+                   "beside": beside(metrics, name), "cpu_threads": threads.why}
         samples = sample_count(metrics, name, self.count_key)
         if samples:
             details["samples_from"] = source

@@ -71,6 +71,17 @@ class DevSetEvaluator:
             self._loaded = (model_path, generation.load(model_path, batch_size=self.batch_size))
         return self._loaded[1]
 
+    def _threads(self) -> None:
+        """On CPU, compute with the cores a training job beside this one leaves free (`aci.cpus`)."""
+        import torch
+
+        from aci import cpus
+
+        if not torch.cuda.is_available():
+            choice = cpus.measure()
+            torch.set_num_threads(choice.threads)
+            print(f"[aci] dev set: cpu threads: {choice.why}", flush=True)
+
     def _prompt(self, tok, task: dict) -> str:
         from aci import generation
 
@@ -84,6 +95,7 @@ class DevSetEvaluator:
         from aci import generation
 
         gen = self._generator(model_path)
+        self._threads()
         tok = gen.tokenizer
         if self.template is None and not getattr(tok, "chat_template", None):
             raise ACIError(f"{model_path} has no chat template and the run card names none; set one with "
