@@ -244,3 +244,13 @@ def test_finalize_certifies_the_promotion_it_checked(workdir, tiny_model):
     assert record["promotion_id"] == checked and record["checkpoint"] == "ck"
     assert swap.marker(final)["checkpoint"] == "ck2"  # promoted once finalize had finished
     assert not gates(ctx(workdir))["finalized"].passed  # ck2 was never checked
+
+
+def test_a_regex_grader_names_the_answer_format_finalize_checks():
+    from aci.evaluation import probe
+
+    fmt = probe.from_grader('{"type": "regex", "pattern": "ANSWER: [0-9]+"}', "the run card's grader")
+    assert fmt.what == "a match of /ANSWER: [0-9]+/" and fmt.source == "the run card's grader"
+    assert fmt.found("12 + 30 = 42\nANSWER: 42") and not fmt.found("ANSWER: forty-two")
+    whole = probe.from_grader('{"type": "regex", "pattern": "[0-9]+", "fullmatch": true}', "g")
+    assert whole.found(" 42\n") and not whole.found("it is 42")

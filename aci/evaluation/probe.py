@@ -86,6 +86,13 @@ def from_grader(spec: str, source: str) -> Format | None:
         return from_text("tool call", source)
     if kind == "unit-tests":
         return Format("code (a fenced block or a def)", source, re.compile(r"```|^\s*def ", re.M))
+    if kind == "regex":  # the grader's own pattern: a reply it cannot match scores 0
+        from aci.graders import grader_for
+
+        grader = grader_for(spec)
+        pattern = re.compile(rf"\A\s*(?:{grader.pattern.pattern})\s*\Z", grader.pattern.flags) if grader.full \
+            else grader.pattern
+        return Format(f"a match of /{grader.pattern.pattern[:60]}/", source, pattern)
     return None
 
 
