@@ -13,6 +13,7 @@ promotion refuse a folder that changed since.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,6 +169,26 @@ def evaluations(ctx: Context, checkpoint: str | None = None) -> list[dict]:
     return [e for e in ctx.state.lines(records.CHECKPOINTS)
             if e.get("type") == "evaluated" and not e.get("error") and e.get("score") is not None
             and (checkpoint is None or e.get("checkpoint") == checkpoint)]
+
+
+def describe(entry: dict) -> list[str]:
+    """An evaluation as an agent reads it: score, spread, samples, trials, evaluator, limit, time, breakdown."""
+    scores = entry.get("scores", [])
+    rng = f" range {entry['range'][0]:.4g}..{entry['range'][1]:.4g}" if len(scores) > 1 else ""
+    seeds = " (no seed reaches the command)" if entry.get("seeds_passed") is False and len(scores) > 1 else ""
+    lines = [f"{entry['checkpoint']}: {entry['score']:.4g}{rng} on {entry.get('samples') or 'unknown'} samples, "
+             f"{len(scores)} trial(s){seeds}, {entry['evaluator']} limit {entry.get('limit')} "
+             f"({entry['duration_s']:.0f} s)"]
+    if entry.get("beside"):
+        lines.append(f"  beside {entry.get('metric')}: {json.dumps(entry['beside'], default=str)[:700]}")
+    return lines
+
+
+def listed(entry: dict) -> str:
+    """One line of `eval-checkpoint list`: an evaluation or a failed one."""
+    score = f"{entry['score']:.4g}" if entry.get("score") is not None else "FAILED"
+    return (f"  {entry['ts']}  {entry['checkpoint']:<32} {score:>8}  n={entry.get('samples') or 'unknown'}  "
+            f"{entry.get('evaluator')} limit {entry.get('limit')}" + (f"  {entry['error'][:80]}" if entry.get("error") else ""))
 
 
 def key(entry: dict) -> tuple[str, int | None]:

@@ -109,6 +109,28 @@ def compare(ctx: Context, checkpoint: str, against: str | None = None) -> stats.
     return found[1]
 
 
+def against_best(ctx: Context, checkpoint: str, entry: dict) -> tuple[stats.Comparison | None, str | None]:
+    """A fresh evaluation `entry` of `checkpoint` compared with the one to beat on that very evaluation's
+    evaluator and limit; else why it cannot be (None, None for the one to beat itself)."""
+    ref = to_beat(ctx)
+    if checkpoint == ref:
+        return None, None
+    found = comparison(ctx, checkpoint, ref, prefer=entry)
+    if found and checkpoints.key(found[0]) == checkpoints.key(entry):
+        return found[1], None
+    return None, (f"{ref} has no evaluation comparable with this one (same evaluator and limit): "
+                  f"evaluate it the same way before comparing or promoting")
+
+
+def promote_if_better(ctx: Context, checkpoint: str, entry: dict, set_template: bool = False) -> Promotion:
+    """`promote` on the evaluation just made, a refusal kept as the promotion's note instead of raised."""
+    try:
+        return promote(ctx, checkpoint, prefer=entry, set_template=set_template)
+    except ACIError as e:
+        return Promotion(checkpoint=checkpoint, promoted=False, path=str(ctx.workdir / "final_model"),
+                         reference=to_beat(ctx), notes=[str(e)])
+
+
 def no_pair_error(ctx: Context, a: str, b: str, rule: str | None = None) -> ACIError:
     msg = _no_pair_message(ctx, a, b)
     return _refuse(ctx, rule, msg) if rule else ACIError(msg)

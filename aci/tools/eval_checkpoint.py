@@ -49,15 +49,8 @@ class EvalCheckpointOutput(ToolOutput):
 
     def summary(self) -> str:
         lines = []
-        r = self.result
-        if r:
-            rng = f" range {r['range'][0]:.4g}..{r['range'][1]:.4g}" if len(r.get("scores", [])) > 1 else ""
-            seeds = " (no seed reaches the command)" if r.get("seeds_passed") is False and len(r["scores"]) > 1 else ""
-            lines.append(f"{r['checkpoint']}: {r['score']:.4g}{rng} on {r.get('samples') or 'unknown'} samples, "
-                         f"{len(r['scores'])} trial(s){seeds}, {r['evaluator']} limit {r.get('limit')} "
-                         f"({r['duration_s']:.0f} s)")
-            if r.get("beside"):
-                lines.append(f"  beside {r.get('metric')}: {json.dumps(r['beside'], default=str)[:700]}")
+        if self.result:
+            lines += checkpoints.describe(self.result)
         if self.comparison:
             c = self.comparison
             verdict = "beats" if c.beats else "does not beat" if c.decided else "cannot be compared with"
@@ -70,10 +63,7 @@ class EvalCheckpointOutput(ToolOutput):
             lines += [f"  wrote {name}: {how}" for name, how in p.files.items()]
         if self.job:
             lines.append(f"job {self.job.id} {self.job.status}: aci status (or eval-checkpoint list) shows its result")
-        for e in self.evaluations:
-            score = f"{e['score']:.4g}" if e.get("score") is not None else "FAILED"
-            lines.append(f"  {e['ts']}  {e['checkpoint']:<32} {score:>8}  n={e.get('samples') or 'unknown'}  "
-                         f"{e.get('evaluator')} limit {e.get('limit')}" + (f"  {e['error'][:80]}" if e.get("error") else ""))
+        lines += [checkpoints.listed(e) for e in self.evaluations]
         lines += [f"  running job {j.id}: {j.progress}" for j in self.running]
         lines += [f"  reply {r['id']} scored {r['score']:.3g} ({r.get('reason')}): {json.dumps(r['response'][:240])}"
                   for r in self.replies]
@@ -106,20 +96,10 @@ def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
         out.replies = devset.replies(ctx.state.root / runner.EVALS / entry["eval_id"], SAMPLE_REPLIES)
     few = final_scoring.trials_warning(ctx.rules.profile.final_eval, ctx.card.benchmark, ck.sampling, spec.seed_list())
     out.warnings += [few] if few else []
-    ref = promotion.to_beat(ctx)
-    if ck.id != ref:
-        found = promotion.comparison(ctx, ck.id, ref, prefer=entry)
-        if found and checkpoints.key(found[0]) == checkpoints.key(entry):
-            out.comparison = found[1]
-        else:
-            out.warnings.append(f"{ref} has no evaluation comparable with this one (same evaluator and limit): "
-                                f"evaluate it the same way before comparing or promoting")
+    out.comparison, why_not = promotion.against_best(ctx, ck.id, entry)
+    out.warnings += [why_not] if why_not else []
     if inp.promote:
-        try:
-            out.promotion = promotion.promote(ctx, ck.id, prefer=entry, set_template=inp.set_template)
-        except ACIError as e:
-            out.promotion = Promotion(checkpoint=ck.id, promoted=False, path=str(ctx.workdir / "final_model"),
-                                      reference=ref, notes=[str(e)])
+        out.promotion = promotion.promote_if_better(ctx, ck.id, entry, inp.set_template)
     return out
 
 
