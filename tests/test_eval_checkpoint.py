@@ -258,6 +258,22 @@ def test_promotion_needs_enough_samples_and_a_checkpoint_derived_from_base(workd
     assert out.promotion.promoted and out.comparison.method == "two-proportion z-test"
 
 
+def test_over_a_base_that_scored_zero_one_item_right_is_promoted(workdir, tiny_model):
+    """1 of 400 against 0 of 400: the z-test alone (p = 0.159) would leave the run on the untrained floor."""
+    init_run(workdir, tiny_model, base_score=0.0)
+    for name, score in (("none", 0.0), ("one", 0.0025)):
+        copy_model(tiny_model, workdir / name, score)
+    call(workdir, checkpoint="base", limit=400)
+    call(workdir, action="promote", checkpoint="base")
+    out = call(workdir, checkpoint="none", parent="base", limit=400, promote=True)
+    assert not out.comparison.beats and not out.promotion.promoted
+    out = call(workdir, checkpoint="one", parent="base", limit=400, promote=True)
+    assert out.comparison.method == "two-proportion z-test" and out.comparison.p_value > 0.05
+    assert out.comparison.beats and "the base model scored 0" in out.comparison.reason
+    assert out.promotion.promoted and out.promotion.reference == "base"
+    assert gates(ctx(workdir))["first-promoted"].passed
+
+
 def test_base_can_be_promoted_first_as_a_floor(workdir, tiny_model):
     c = init_run(workdir, tiny_model)
     with pytest.raises(ACIError, match="aci eval-checkpoint evaluate --checkpoint base$"):

@@ -5,8 +5,11 @@ A checkpoint becomes `final_model` only when
   and the content it was registered with (rule `base-model-only`, see `identity`), and
 * it beats the current best (or, before any promotion, the base model) on a comparable evaluation:
   same evaluator and limit, enough samples, and a decided comparison (`stats.compare`; rule `keep-best`).
-The one exception is the floor: before anything was promoted, the base model itself may be promoted,
-so that a loadable `final_model` exists from the start.
+Two exceptions: before anything was promoted, the base model itself may be promoted as a floor, so that
+a loadable `final_model` exists from the start; and over a base model that scored 0 on enough samples,
+any score above 0 beats it. A test needs three or more items right out of 400 to call 0 beaten, and a
+run whose base answers nothing would otherwise end on the untrained floor with a model that learned
+something waiting behind it; nothing can score below 0, so the trained one cannot be the worse bet.
 
 The folder is built and swapped by `swap.install` under the promotion lock; `best.json` and a
 `promote` journal event are written after the swap. The folder's marker holds the same `Best` record,
@@ -81,14 +84,24 @@ def _no_pair_message(ctx: Context, ck: str, ref: str) -> str:
             f"--checkpoint {ref} with the evaluator and --limit used for {ck}")
 
 
+ZERO_FLOOR = ("the base model scored 0: an item right is one the base could not get, so it beats the base "
+              "(evaluate more items to show by how much)")
+
+
 def comparison(ctx: Context, a: str, b: str, prefer: dict | None = None) -> tuple[dict, stats.Comparison] | None:
-    """`a`'s evaluation and its comparison with `b`'s latest comparable one; None when there is none."""
+    """`a`'s evaluation and its comparison with `b`'s latest comparable one (over a base that scored 0, any
+    score above it wins: see the module docstring); None when there is none."""
     pair = checkpoints.comparable_pair(ctx, a, b, prefer)
     if pair is None:
         return None
     ea, eb = pair
-    return ea, stats.compare(a, ea, runner.per_sample(ctx, ea), b, eb, runner.per_sample(ctx, eb),
-                             checkpoints.min_samples(ctx))
+    cmp = stats.compare(a, ea, runner.per_sample(ctx, ea), b, eb, runner.per_sample(ctx, eb),
+                        checkpoints.min_samples(ctx))
+    if b == BASE and cmp.decided and not cmp.beats and cmp.b_score == 0 < cmp.a_score:
+        p = f", one-sided p = {cmp.p_value:.3g}" if cmp.p_value is not None else ""
+        cmp = cmp.model_copy(update={"beats": True, "reason": f"{cmp.a_score:.4g} on {cmp.a_samples} vs 0 on "
+                                                              f"{cmp.b_samples} ({cmp.method}{p}): {ZERO_FLOOR}"})
+    return ea, cmp
 
 
 def to_beat(ctx: Context) -> str:
