@@ -161,7 +161,7 @@ def _write(ctx: Context, card: dict, message: str, event_data: dict) -> None:
         w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
 
 
-def _eval_script(ctx: Context, eval_command: str | None) -> Path | None:
+def eval_script(ctx: Context, eval_command: str | None) -> Path | None:
     """The Python script the eval command runs (`evaluate.py` in the task folder by default)."""
     words = shlex.split(eval_command or "", posix=True) if eval_command else []
     named = [ctx.workdir / w for w in words if w.endswith(".py")]
@@ -190,7 +190,7 @@ def guess_template(ctx: Context, base_model: str, eval_command: str | None) -> s
     low = base_model.lower()
     for fam in FAMILIES:
         if fam in low:
-            named = _template_named_by(_eval_script(ctx, eval_command), fam)
+            named = _template_named_by(eval_script(ctx, eval_command), fam)
             if named and (folder / named).is_file():
                 return str((folder / named).relative_to(ctx.workdir))
             match = [p for p in found if fam in p.stem.lower() and "tool" not in p.stem.lower()]

@@ -83,3 +83,33 @@ def test_finalize_states_the_final_scoring(workdir, tiny_model):
     assert (out.scoring.seeds, out.scoring.greedy) == (5, False)
     assert "final evaluation: the mean over 5 seeds: sampled at temperature 1" in out.summary()
     assert "warning: generation_config.json says do_sample: false" in out.summary()
+
+
+GREEDY_SCRIPT = '''import argparse, json
+p = argparse.ArgumentParser()
+p.add_argument("--model-path")
+p.add_argument("--limit", type=int, default=40)
+p.add_argument("--json-output-file")
+a = p.parse_args()
+# decodes with transformers: model.generate(**batch, do_sample=False, max_new_tokens=64)
+json.dump({"accuracy": 0.2, "n_examples": a.limit}, open(a.json_output_file, "w"))
+'''
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_a_script_of_its_own_decoding_is_not_told_about_vllm(workdir, tiny_model):
+    """A user's task under the strict profile: its benchmark is not one the profile lists and its script
+    decodes greedily with transformers, so the do_sample: false warning about vLLM would be wrong."""
+    copy_model(tiny_model, workdir / "base", 0.2)
+    (workdir / "my_eval.py").write_text(GREEDY_SCRIPT)
+    cmd = "python my_eval.py --model-path {model_path} --limit {limit} --json-output-file {output}"
+    registry.call("plan", {"action": "init", "base_model": "base", "benchmark": "column-sums",
+                           "profile": "posttrainbench", "eval_command": cmd}, ctx(workdir))
+    assert call(workdir, checkpoint="base", limit=40, promote=True).promotion.promoted
+    out = registry.call("finalize", {}, ctx(workdir))
+    assert out.scoring.seeds is None and out.scoring.greedy is None and out.scoring.warnings == []
+    assert "my_eval.py does not use vLLM: the model is scored as my_eval.py decodes it" in out.summary()
+    assert "do_sample" not in out.summary()
+    (workdir / "vllm_eval.py").write_text(GREEDY_SCRIPT.replace("transformers", "vllm"))
+    s = statement(FINAL, "column-sums", workdir / "final_model", workdir / "vllm_eval.py")
+    assert s.seeds == 5 and "lists no entry for 'column-sums'" in s.reason and "do_sample: false" in s.warnings[0]

@@ -6,7 +6,10 @@ model counts as greedy is decided the way vLLM decides it: by the temperature it
 profile's `default_temperature` (vLLM's 1.0) when the file sets none. vLLM does not read `do_sample`, so
 `do_sample: false` with no temperature still samples, although transformers' own `generate()` would
 decode greedily: `finalize` warns about that file, since a model tuned and measured greedy would then be
-scored sampled. The statement is separate from finalize's checklist: it passes or fails nothing.
+scored sampled. For a benchmark the profile does not list, whose eval script decodes with code of its
+own (the script never names vLLM), the profile's vLLM facts do not hold: the statement says the script's
+own decoding scores the model and warns of nothing. The statement is separate from finalize's checklist:
+it passes or fails nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from aci.rules import FinalEval
 class FinalScoring(BaseModel):
     """How the final evaluation scores final_model under the run's profile."""
 
-    seeds: int = Field(description="runs the final evaluation averages")
+    seeds: int | None = Field(description="runs the final evaluation averages; none when the eval script decides")
     greedy: bool | None = Field(description="vLLM decodes final_model greedily; none when its "
                                             "generation_config.json does not load")
     temperature: float | None = Field(None, description="the temperature vLLM reads for final_model")
@@ -40,9 +43,14 @@ def _do_sample_false(folder: Path) -> bool:
     return isinstance(gen, dict) and gen.get("do_sample") is False
 
 
-def statement(final_eval: FinalEval, benchmark: str, folder: Path) -> FinalScoring:
-    """The seeds `final_eval` gives `folder` for `benchmark`, from the temperature vLLM will read there."""
+def statement(final_eval: FinalEval, benchmark: str, folder: Path, script: Path | None = None) -> FinalScoring:
+    """The seeds `final_eval` gives `folder` for `benchmark`, from the temperature vLLM will read there;
+    `script` is the eval command's Python script, when it has one."""
     sampled_seeds, greedy_seeds, why, listed = final_eval.for_benchmark(benchmark)
+    if not listed and script is not None and "vllm" not in script.read_text(errors="replace").lower():
+        return FinalScoring(seeds=None, greedy=None, reason=(
+            f"the profile lists no entry for {benchmark!r} and {script.name} does not use vLLM: the model is "
+            f"scored as {script.name} decodes it, with the settings it passes (read it for seeds and sampling)"))
     where = "" if listed else f" (the profile's default: it lists no entry for {benchmark!r})"
     try:
         reads = sampling.vllm_reads(folder)

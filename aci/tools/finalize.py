@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from aci import runcard
 from aci.context import Context
 from aci.evaluation import checkpoints, checks, final_scoring, probe, promotion, runner, swap
 from aci.evaluation import job as evaljob
@@ -84,7 +85,8 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
                              evaluate=_eval_run(ctx, inp) if inp.limit else None)
         passed = all(i.passed for i in items)
         final_eval = ctx.rules.profile.final_eval  # a statement beside the checklist, not a check
-        scoring = final_scoring.statement(final_eval, ctx.card.benchmark, final) if final_eval else None
+        scoring = (final_scoring.statement(final_eval, ctx.card.benchmark, final,
+                                           runcard.eval_script(ctx, ctx.card.eval_command)) if final_eval else None)
         record = {"passed": passed, "ts": iso(), "path": str(final), "checkpoint": (best or {}).get("checkpoint"),
                   "promotion_id": promotion_id, "items": [i.model_dump() for i in items]}
         failed = [i.name for i in items if not i.passed]
