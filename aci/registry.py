@@ -41,11 +41,13 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
 
 
 def unwrap_optional(ann: Any) -> Any:
-    """`X` for `X | None` (or `Optional[X]`), any other annotation as it is: what a field takes when given."""
+    """`X` for `X | None` (or `Optional[X]`), any other annotation as it is: what a field takes when given.
+    A constrained `X` (`Annotated[X, ...]`, e.g. `aci.sampling.Temperature | None`) is `X` too: pydantic
+    checks the constraints, the CLI needs only the type."""
     args = [a for a in typing.get_args(ann) if a is not type(None)]
     if typing.get_origin(ann) in (typing.Union, types.UnionType) and len(args) == 1:
-        return args[0]
-    return ann
+        ann = args[0]
+    return typing.get_args(ann)[0] if typing.get_origin(ann) is typing.Annotated else ann
 
 
 def _is_list(field: Any) -> bool:

@@ -16,25 +16,41 @@ sampling keys from the folder's generation config, so vLLM's defaults fill the r
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aci.errors import ACIError
 
-# The keys vLLM takes from generation_config.json (vllm/config/model.py, get_diff_sampling_param), in the
-# order a suffix is written; `max_new_tokens` becomes vLLM's `max_tokens`.
-VLLM_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens")
+# Each sampling setting's type and range, defined once: the `@<settings>` suffix below, eval-checkpoint's
+# --temperature, run-trajectory's --temperature, --top-p and --max-tokens, and train's GRPO --temperature
+# all take these, so every tool refuses the same values by the same name. Finite only: no sampler can use
+# an infinite or NaN temperature, and JSON (generation_config.json, a request body) cannot even write one.
+Temperature = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # 0: greedy
+TopP = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+TopK = Annotated[int, Field(ge=1)]
+MinP = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+RepetitionPenalty = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+MaxNewTokens = Annotated[int, Field(ge=1)]  # vLLM's `max_tokens`, transformers' `max_new_tokens`
+
+
+class Values(BaseModel):
+    """The keys vLLM takes from generation_config.json (vllm/config/model.py, get_diff_sampling_param), in
+    the order a suffix is written; `max_new_tokens` becomes vLLM's `max_tokens`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    max_new_tokens: MaxNewTokens | None = None
+
+
+VLLM_KEYS = tuple(Values.model_fields)
 GREEDY = "greedy"
-_INTS = {"top_k", "max_new_tokens"}
-_OK = {
-    "temperature": (lambda v: v >= 0, "0 (greedy) or more"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "top_k": (lambda v: v >= 1, "1 or more"),
-    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "repetition_penalty": (lambda v: v > 0, "over 0"),
-    "max_new_tokens": (lambda v: v >= 1, "1 or more"),
-}
 
 
 def split(ref: str) -> tuple[str, dict[str, Any] | None]:
@@ -47,37 +63,33 @@ def split(ref: str) -> tuple[str, dict[str, Any] | None]:
 
 def parse(text: str) -> dict[str, Any]:
     """`greedy`, `temperature=0.6,top_p=0.95`, `greedy,max_new_tokens=4096` -> the settings."""
-    out: dict[str, Any] = {}
+    raw: dict[str, str] = {}
     for part in (p.strip() for p in text.split(",")):
         if part == GREEDY:
-            key, raw = "temperature", "0"
+            key, value = "temperature", "0"
         else:
-            key, eq, raw = part.partition("=")
+            key, eq, value = part.partition("=")
             key = key.strip()
             if not eq or key not in VLLM_KEYS:
                 raise ACIError(f"sampling settings {text!r}: {part!r} is not `greedy` or <key>=<value> with a key "
                                f"vLLM reads from generation_config.json ({', '.join(VLLM_KEYS)})")
-        if key in out:
+        if key in raw:
             raise ACIError(f"sampling settings {text!r} set {key} twice")
-        try:
-            value: float | int = int(raw) if key in _INTS else float(raw)
-        except ValueError:
-            raise ACIError(f"sampling settings {text!r}: {key} must be {'an integer' if key in _INTS else 'a number'}, "
-                           f"got {raw!r}") from None
-        if not math.isfinite(value):  # vLLM cannot use it, and JSON has no Infinity or NaN to write it as
-            raise ACIError(f"sampling settings {text!r}: {key} must be a finite number, got {raw}")
-        ok, want = _OK[key]
-        if not ok(value):
-            raise ACIError(f"sampling settings {text!r}: {key} must be {want}, got {raw}")
-        if key == "top_k" and value == 50:  # transformers 4.x drops its own default before vLLM sees it
-            raise ACIError("top_k=50 is transformers' default, which vLLM never sees (it reads only values that "
-                           "differ from the defaults): use 49 or 51, or leave top_k out")
-        out[key] = value
+        raw[key] = value.strip()
+    try:
+        out = Values.model_validate(raw).model_dump(exclude_none=True)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = str(err["loc"][0])
+        raise ACIError(f"sampling settings {text!r}: {key}={raw[key]}: {err['msg']}") from None
+    if out.get("top_k") == 50:  # transformers 4.x drops its own default before vLLM sees it
+        raise ACIError("top_k=50 is transformers' default, which vLLM never sees (it reads only values that "
+                       "differ from the defaults): use 49 or 51, or leave top_k out")
     if "temperature" not in out:
         raise ACIError(f"sampling settings {text!r} need `greedy` or temperature=<t>")
     if out["temperature"] == 0 and set(out) & {"top_p", "top_k", "min_p"}:
         raise ACIError(f"sampling settings {text!r}: greedy decoding ignores top_p, top_k and min_p; leave them out")
-    return out
+    return {k: out[k] for k in raw}
 
 
 def name(settings: dict[str, Any]) -> str:

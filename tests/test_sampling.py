@@ -48,16 +48,16 @@ def test_settings_parse_name_and_read_back_as_vllm_reads_them(tmp_path, text, se
 
 @pytest.mark.parametrize("text, message", [
     ("top_p=0.9", "need `greedy` or temperature"),
-    ("temperature=hot", "must be a number"),
-    ("temperature=-1", r"0 \(greedy\) or more"),
+    ("temperature=hot", "temperature=hot: Input should be a valid number"),
+    ("temperature=-1", "temperature=-1: Input should be greater than or equal to 0"),
     ("greedy,top_p=0.9", "greedy decoding ignores top_p"),
     ("temperature=0.6,top_k=50", "transformers' default"),
     ("temperature=0.6,beams=4", "a key vLLM reads"),
     ("temperature=0.6,temperature=0.7", "twice"),
-    ("greedy,max_new_tokens=1.5", "must be an integer"),
-    ("temperature=inf", "must be a finite number, got inf"),  # issue 26 row 12: was accepted
-    ("temperature=0.6,top_p=nan", "must be a finite number"),
-    ("temperature=0.6,repetition_penalty=Infinity", "must be a finite number"),
+    ("greedy,max_new_tokens=1.5", "max_new_tokens=1.5: Input should be a valid integer"),
+    ("temperature=inf", "temperature=inf: Input should be a finite number"),  # issue 26 row 12: was accepted
+    ("temperature=0.6,top_p=nan", "top_p=nan: Input should be a finite number"),
+    ("temperature=0.6,repetition_penalty=Infinity", "repetition_penalty=Infinity: Input should be a finite"),
 ])
 def test_bad_settings_are_refused_with_the_reason(text, message):
     with pytest.raises(ACIError, match=message):
@@ -117,7 +117,7 @@ def test_sampling_variants_need_the_eval_command_and_a_known_checkpoint(workdir,
     copy_model(tiny_model, workdir / "loose", 0.5)
     with pytest.raises(ACIError, match="register 'loose' first"):
         call(workdir, checkpoint="loose@greedy", parent="base", limit=40)
-    with pytest.raises(ACIError, match="must be a number"):
+    with pytest.raises(ACIError, match="Input should be a valid number"):
         call(workdir, checkpoint="base@temperature=warm", limit=40)
     assert call(workdir, checkpoint="base@greedy", limit=40).result["checkpoint"] == "base@greedy"
 
@@ -137,3 +137,45 @@ def test_no_infinity_reaches_a_generation_config(tmp_path, tiny_model):
     (src / "generation_config.json").write_text(json.dumps({**gen, "temperature": float("inf")}))  # `Infinity`
     with pytest.raises(ACIError, match="only finite numbers are valid JSON"):
         folder.build(src, tmp_path / "out", base_dir=None)
+
+
+# Values no sampler can use, and what every tool answers (pydantic's words for `aci.sampling`'s ranges).
+BAD = {"temperature": [("inf", "a finite number"), ("1e309", "a finite number"), ("nan", "a finite number"),
+                       ("-0.5", "greater than")],
+       "top_p": [("0", "greater than 0"), ("1.5", "less than or equal to 1"), ("inf", "a finite number"),
+                 ("nan", "a finite number")]}
+
+
+def _refused(capsys, workdir, *argv: str) -> str:
+    """What `aci <argv>` prints on stderr, through the real command line (click parses the option as it
+    would from a shell), which must exit 2: refused, with nothing run."""
+    from aci import cli
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--workdir", str(workdir), *argv])
+    assert e.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_every_tool_refuses_the_same_sampling_values_by_name(workdir, tiny_model, capsys):
+    """Issue 33 row 3: `train dry-run --method grpo --temperature inf` (or 1e309) and `run-trajectory run
+    --temperature inf` were accepted (a trajectory ran) while eval-checkpoint refused them. Each tool's
+    sampling options, and the `@<settings>` suffix, now take `aci.sampling`'s one definition."""
+    init_run(workdir, tiny_model)
+    tools = {"train": (["dry-run", "--method", "grpo"], ["temperature"]),
+             "run-trajectory": (["run", "--tasks", "tasks.jsonl"], ["temperature", "top_p"]),
+             "eval-checkpoint": (["evaluate", "--evaluator", "dev"], ["temperature"])}
+    for tool, (argv, fields) in tools.items():
+        for field in fields:
+            for value, why in BAD[field]:
+                err = _refused(capsys, workdir, tool, *argv, f"--{field.replace('_', '-')}={value}")
+                assert f"invalid arguments for {tool}: {field}: Input should be {why}" in err, (tool, value, err)
+    for field, values in BAD.items():
+        for value, why in values:
+            settings = f"temperature={value}" if field == "temperature" else f"temperature=0.6,top_p={value}"
+            err = _refused(capsys, workdir, "eval-checkpoint", "evaluate", "--checkpoint", f"base@{settings}")
+            assert f"sampling settings {settings!r}: {field}={value}: Input should be {why}" in err, err
+    assert _refused(capsys, workdir, "train", "dry-run", "--method", "grpo", "--temperature=0").endswith(
+        "temperature: Input should be greater than 0\n")  # GRPO samples: greedy groups teach nothing
+    assert not (workdir / "rollouts").exists() and not (workdir / "evals").exists()

@@ -28,6 +28,7 @@ from aci.errors import ACIError
 from aci.evaluation import checkpoints, folder, stats
 from aci.evaluation.checkpoints import Checkpoint
 from aci.graders import SPEC_HELP
+from aci.sampling import MaxNewTokens, Temperature
 from aci.state import iso
 
 EVALS = "evals"
@@ -56,9 +57,8 @@ class EvalSpec(BaseModel):
                               "comparisons need the rules' minimum")
     trials: int = Field(1, ge=1, le=20, description="independent trials (seeds 0..k-1): mean and min-max range")
     seeds: list[int] | None = Field(None, description="explicit seeds (overrides --trials)")
-    temperature: float = Field(0.0, ge=0, allow_inf_nan=False,
-                                description="dev: 0 = greedy; > 0 samples with each trial's seed")
-    max_new_tokens: int = Field(256, ge=1, description="dev: tokens generated per reply")
+    temperature: Temperature = Field(0.0, description="dev: 0 = greedy; > 0 samples with each trial's seed")
+    max_new_tokens: MaxNewTokens = Field(256, description="dev: tokens generated per reply")
     batch_size: int = Field(8, ge=1, description="dev and lm-eval: prompts per forward pass")
     set_template: bool = Field(False, description="build the evaluated (and promoted) folder with the run card's "
                                "template as its tokenizer's chat template even where the checkpoint has its own "

@@ -14,15 +14,18 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aci.sampling import MaxNewTokens, Temperature, TopP
+
 
 class Sampling(BaseModel):
-    """The sampling fields a caller sets (`run-trajectory --temperature ...`), defined once."""
+    """The sampling fields a caller sets (`run-trajectory --temperature ...`), defined once; their ranges
+    are `aci.sampling`'s, as for every tool that samples."""
 
     model_config = ConfigDict(extra="forbid")
 
-    temperature: float | None = Field(None, ge=0, description="sampling temperature (0 = greedy)")
-    top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1, description="new tokens per reply")
+    temperature: Temperature | None = Field(None, description="sampling temperature (0 = greedy)")
+    top_p: TopP | None = None
+    max_tokens: MaxNewTokens | None = Field(None, description="new tokens per reply")
     seed: int | None = Field(None, description="seed of trial 1 (trial k uses seed + k - 1)")
 
 

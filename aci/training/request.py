@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from aci.sampling import MaxNewTokens, Temperature
 from aci.training.config import Schedule
 
 LORA_TARGETS = "all-linear"  # what PEFT adapts when no module names are given
@@ -50,8 +51,9 @@ class TrainRequest(Schedule):
         f"default {_e(LEARNING_RATES['sft', False])} full / {_e(LEARNING_RATES['sft', True])} LoRA; "
         f"grpo {_e(LEARNING_RATES['grpo', False])} / {_e(LEARNING_RATES['grpo', True])}"))
     num_generations: int = Field(8, ge=2, description="grpo: completions per prompt")
-    max_completion_length: int = Field(512, ge=1, description="grpo: new tokens per completion")
-    temperature: float = Field(1.0, gt=0, description="grpo: sampling temperature")
+    max_completion_length: MaxNewTokens = Field(512, description="grpo: new tokens per completion")
+    temperature: Temperature = Field(1.0, gt=0, description="grpo: sampling temperature (above 0: a group of "
+                                                            "identical greedy completions has no advantage to learn)")
     beta: float = Field(0.0, ge=0, description="grpo: KL coefficient")
     use_vllm: bool | None = Field(None, description="grpo: generate with vLLM (default: when vllm is installed "
                                                     "and CUDA present)")
@@ -65,8 +67,8 @@ class TrainRequest(Schedule):
         "registered as a checkpoint (the best by dev), and `train status` shows the curve"))
     dev_every: int = Field(100, ge=1, description="--dev-set: score it every N steps")
     dev_items: int = Field(64, ge=1, le=2000, description="--dev-set: tasks scored at each point (the file's first N)")
-    dev_max_new_tokens: int = Field(256, ge=1, le=8192, description="--dev-set: new tokens per reply (set the "
-                                                                    "evaluation's limit)")
+    dev_max_new_tokens: MaxNewTokens = Field(256, le=8192, description="--dev-set: new tokens per reply (set the "
+                                                                       "evaluation's limit)")
     deepspeed: str | None = Field(None, description="zero2, zero3 (shipped configs) or a DeepSpeed JSON file")
     num_gpus: int = Field(1, ge=1, description="> 1: launch with `accelerate launch --num_processes N`")
     tokens_per_s: float | None = Field(None, gt=0, description="declared throughput for the deadline check "
