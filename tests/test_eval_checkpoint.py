@@ -84,6 +84,37 @@ def test_metric_key_and_sample_count_come_from_the_json(workdir, tiny_model):
     assert 'beside pass_rate: {"stderr": 0.01, "n_examples": 37}' in out.summary()
 
 
+LOGGING_SCRIPT = """import argparse, json, pathlib
+p = argparse.ArgumentParser()
+p.add_argument("--model-path")
+p.add_argument("--limit", type=int, default=6)
+p.add_argument("--json-output-file")
+a = p.parse_args()
+rows = [{"id": f"q{i}", "response": f"working {i}\\nANSWER: {i % 3}", "gold": "1", "correct": i % 3 == 1}
+        for i in range(a.limit)]
+pathlib.Path("logs").mkdir(exist_ok=True)
+pathlib.Path("logs/run.jsonl").write_text("".join(json.dumps(r) + "\\n" for r in rows))
+json.dump({"accuracy": sum(r["correct"] for r in rows) / a.limit}, open(a.json_output_file, "w"))
+"""
+
+
+def test_replies_the_eval_command_logged_are_read_back(workdir, tiny_model):
+    """Failures to read come from the command's own per-sample log: a JSONL of rows, or inspect's log."""
+    (workdir / "my_eval.py").write_text(LOGGING_SCRIPT)
+    init_run(workdir, tiny_model, command="python my_eval.py --model-path {model_path} --limit {limit} "
+                                          "--json-output-file {output}")
+    out = call(workdir, checkpoint="base", limit=36)
+    assert out.result["samples"] == 36 and out.result["sample_logs"] == [str(workdir / "logs" / "run.jsonl")]
+    assert len(out.replies) == 15 and all(r["score"] == 0.0 for r in out.replies)  # the 24 failures first
+    first = out.replies[0]
+    assert first["id"] == "q0" and first["response"] == "working 0\nANSWER: 0" and first["reason"] == "gold '1'"
+    assert "reply q0 scored 0 (gold '1'): " in out.summary()
+    init_run(workdir / "ptb", tiny_model)  # the stand-in for an inspect-based evaluate.py
+    inspected = call(workdir / "ptb", checkpoint="base", limit=40).replies
+    assert inspected and {(r["response"], r["score"]) for r in inspected} == {("Default output from mockllm/model", 0.0)}
+    assert inspected[0]["reason"] == "read 'Default output from mockllm/model', gold '0'"
+
+
 def test_the_values_beside_a_nested_score_are_kept_and_cut():
     metrics = {"results": {"accuracy": 0.01, "by_kind": {"add": 0.0, "sub": 0.02}, "n": 400}, "other": 1}
     assert command.beside(metrics, "results.accuracy") == {"by_kind": {"add": 0.0, "sub": 0.02}, "n": 400}

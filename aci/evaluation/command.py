@@ -330,9 +330,10 @@ class CommandEvaluator:
         if logged:
             details["inspect_log"] = logged[1]
             samples = samples or logged[0]
-        if not samples:
-            counted = sample_log([self.out_dir, self.cwd / "logs"], since, {output, log_path})
-            if counted:
+        counted = sample_log([self.out_dir, self.cwd / "logs"], since, {output, log_path})
+        if counted:
+            details["sample_log"] = counted[1]  # its replies are read back for failure reading
+            if not samples:
                 samples, details["samples_from"] = counted
         return Trial(seed=seed, score=score, samples=samples, details=details)
 

@@ -260,6 +260,7 @@ def _entry(ctx, ck, spec, evaluator, trials, seeds, eval_id, duration, error, jo
     if trials:
         fields["metric"] = trials[0].details.get("metric")
         extra["inspect_logs"] = [t.details["inspect_log"] for t in trials if t.details.get("inspect_log")]
+        extra["sample_logs"] = [t.details["sample_log"] for t in trials if t.details.get("sample_log")]
         extra["beside"] = trials[0].details.get("beside")  # the first trial's breakdown, as the script wrote it
         extra["cpu_threads"] = trials[0].details.get("cpu_threads")  # what the command was given, and why
         # What the evaluator reported, else the explicit limit; never the benchmark's size, which an eval
