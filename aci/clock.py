@@ -29,20 +29,37 @@ TIMER_RESOLUTION = timedelta(minutes=1)  # timer.sh prints whole minutes, rounde
 TIMER_SLACK = timedelta(seconds=5)  # running timer.sh and reading this machine's clock
 TIMER_TIMEOUT_S = 3.0  # timer.sh reads a file and does arithmetic: milliseconds when it works
 TIMER_FAILURE_TTL_S = 60.0  # a failed timer.sh is not run again for this long (per script version)
-_REMAINING = re.compile(r"(\d+):(\d{1,2})\s*$")
+TIMER_MAX = timedelta(days=365)  # the most timer.sh may say is left: runs last hours; more is a broken timer
+# H:MM at a line's end, with its sign, and not the tail of a longer figure (12:34:56, x-0:30, 1.5:30)
+_REMAINING = re.compile(r"(?<![\w:.+-])([+-]?)(\d+):(\d{1,2})\s*$")
 _CLOCK_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 _failures: dict[tuple, tuple[float, str]] = {}
 
 
 def parse_timer_output(text: str) -> timedelta:
-    """Remaining time from `timer.sh`'s output; raises on anything it cannot read."""
+    """Remaining time from `timer.sh`'s output; raises on anything it cannot read.
+
+    Only a sane reading counts: a negative time, minutes past 59 or more than `TIMER_MAX` is refused by
+    name like unreadable output (the caller then keeps the recorded deadline), because read as given it
+    would either gain time (the digits of `-0:30` are 0h30m) or overflow the date (`99999999999:00`)."""
     if "Timer expired" in text:
         return timedelta(0)
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     for ln in reversed(lines):
         m = _REMAINING.search(ln)
-        if m:
-            return timedelta(hours=int(m.group(1)), minutes=int(m.group(2)))
+        if not m:
+            continue
+        sign, hours, minutes = m.group(1), m.group(2).lstrip("0") or "0", int(m.group(3))
+        if sign == "-":
+            raise ACIError(f"timer.sh says {m.group(0).strip()!r} is left: a negative time is no reading (an "
+                           f"expired timer prints 'Timer expired!')")
+        if minutes > 59:
+            raise ACIError(f"timer.sh says {m.group(0).strip()!r} is left: minutes past 59 are no H:MM reading")
+        max_hours = int(TIMER_MAX.total_seconds() // 3600)
+        if len(hours) > len(str(max_hours)) or int(hours) * 60 + minutes > max_hours * 60:
+            raise ACIError(f"timer.sh says {m.group(0).strip()[:40]!r} is left, more than the {TIMER_MAX.days} days "
+                           f"(clock.TIMER_MAX) any run lasts: a broken timer, not a deadline")
+        return timedelta(hours=int(hours), minutes=minutes)
     raise ACIError(f"cannot read the remaining time from timer.sh output: {text.strip()[:200]!r}")
 
 

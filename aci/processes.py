@@ -105,7 +105,11 @@ def run_briefly(argv: list[str], cwd, timeout_s: float, max_chars: int = 65536) 
 
     It runs in a session of its own with no stdin; its output is read as it comes, so neither a child
     that keeps the pipe open (`sleep` in a hanging script) nor endless output can hold the caller longer
-    than `timeout_s` or fill its memory: on either, the whole group is killed."""
+    than `timeout_s` or fill its memory: on either, the whole group is killed. The command's answer is
+    what it printed by the time it exited: a background child it left holding the pipe open is killed
+    with the group then, not waited for (a timer.sh that did so cost the full limit on every read). The
+    exit is seen without reaping (`_exited`), so the group's number cannot pass to another process before
+    the kill."""
     import select
     import subprocess
     import time
@@ -115,31 +119,48 @@ def run_briefly(argv: list[str], cwd, timeout_s: float, max_chars: int = 65536) 
                                 stderr=subprocess.STDOUT, start_new_session=True)
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument
         return None, f"could not start: {getattr(e, 'strerror', None) or e}"
-    out, end, done = bytearray(), time.monotonic() + timeout_s, False
+    out, end, exited = bytearray(), time.monotonic() + timeout_s, False
     fd = proc.stdout.fileno()
     try:
         while len(out) <= max_chars * 4:
             left = end - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                break
+            # Once it has exited, only what is already in the pipe is read; before, wait a moment for more
+            wait = 0.0 if exited else min(left, _EXIT_POLL_S)
+            if left <= 0 or not select.select([fd], [], [], wait)[0]:
+                if exited or left <= 0:
+                    break
+                exited = _exited(proc.pid)
+                continue
             chunk = os.read(fd, 65536)
-            if not chunk:
-                done = True
+            if not chunk:  # every writer closed the pipe: it has exited or soon will, else it runs on
+                exited = exited or _exited(proc.pid, wait_s=max(end - time.monotonic(), 0.0))
                 break
             out += chunk
     finally:
         proc.stdout.close()
-    if done:
+    signal_group(proc.pid, signal.SIGKILL)  # still a zombie at worst, so the group is still its own
+    rc = proc.wait()
+    return (rc if exited else None), out.decode(errors="replace")[:max_chars]
+
+
+_EXIT_POLL_S = 0.02  # how often run_briefly looks whether its command has exited while the pipe stays quiet
+
+
+def _exited(pid: int, wait_s: float = 0.0) -> bool:
+    """Whether child `pid` has exited, within `wait_s`, leaving it unreaped (a zombie keeps its pid and
+    process group number from reuse until `wait`)."""
+    import time
+
+    end = time.monotonic() + wait_s
+    while True:
         try:
-            rc = proc.wait(timeout=max(end - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:  # closed its output but runs on
-            rc = None
-    else:
-        rc = None
-    if rc is None:
-        signal_group(proc.pid, 9)
-        proc.wait()
-    return rc, out.decode(errors="replace")[:max_chars]
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(min(_EXIT_POLL_S, max(end - time.monotonic(), 0.0)))
 
 
 def exit_without_teardown(code: int) -> NoReturn:

@@ -1,0 +1,127 @@
+"""Issue 33, items 4 to 6: the clock reads only sane times, a strict run cannot give itself time unseen, and a
+machine without git gets one clear error.
+
+Each test is one row of the issue's table, through the real `aci` CLI or the tool registry, with real
+`timer.sh` scripts, real processes and real git."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from aci import clock, registry
+from aci.context import Context
+from aci.errors import ACIError
+from aci.processes import alive, run_briefly
+from aci.state import now
+
+HEADER = "Remaining time (hours:minutes):"
+
+
+@pytest.fixture(autouse=True)
+def no_remembered_timer_failures():
+    """A timer.sh failure is remembered for a minute per script version: none may leak between tests."""
+    clock._failures.clear()
+    yield
+    clock._failures.clear()
+
+
+def timer(workdir: Path, body: str) -> None:
+    (workdir / clock.TIMER).write_text(body)
+
+
+def cli(workdir: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aci.cli", "--json", *args], cwd=workdir, capture_output=True,
+                          text=True, timeout=120, env=env or os.environ.copy())
+
+
+def plan(workdir: Path, action: str = "init", **args):
+    base = {"base_model": "base", "benchmark": "ledger"} if action == "init" else {}
+    return registry.call("plan", {"action": action, **base, **args}, Context(workdir=workdir))
+
+
+def status(workdir: Path):
+    return registry.call("status", {}, Context(workdir=workdir))
+
+
+# -- item 4: the clock reads only sane times -------------------------------------------------------------------
+@pytest.mark.parametrize("text,says", [
+    (f"{HEADER} 99999999999:00", "more than the 365 days"),
+    (f"{HEADER}\n-0:30\n", "a negative time"),
+    (f"{HEADER}\n9:75\n", "minutes past 59"),
+    (f"{HEADER}\n{clock.TIMER_MAX.days * 24}:01\n", "more than the 365 days"),
+    ("12:34:56", "cannot read"),  # a clock time, not H:MM left: its tail 34:56 is no reading
+    ("x-0:30", "cannot read"),
+])
+def test_insane_timer_output_is_a_named_error(text, says):
+    with pytest.raises(ACIError, match=says):
+        clock.parse_timer_output(text)
+
+
+def test_the_longest_sane_timer_reading_is_read():
+    assert clock.parse_timer_output(f"{HEADER}\n{clock.TIMER_MAX.days * 24}:00\n") == clock.TIMER_MAX
+
+
+def test_an_enormous_timer_reading_keeps_the_recorded_deadline_through_the_cli(workdir):
+    """Row: `99999999999:00` made every tool exit 1 with OverflowError and a traceback."""
+    timer(workdir, f'echo "{HEADER}"\necho "5:00"\n')
+    recorded = plan(workdir, profile="posttrainbench").card["deadline"]
+    timer(workdir, f'echo "{HEADER}"\necho "99999999999:00"\n')
+    r = cli(workdir, "status")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    out = json.loads(r.stdout)
+    assert out["state"]["deadline"] == recorded and out["state"]["deadline_source"] == "run card deadline"
+    assert any("clock.TIMER_MAX" in n and "the deadline is the run card's" in n for n in out["run"]["reminders"])
+
+
+def test_a_negative_timer_reading_gains_no_time(workdir):
+    """Row: `-0:30` was read as 0h29m left; it keeps the recorded deadline (here 2 h away) and says why."""
+    deadline = (now() + timedelta(hours=2)).isoformat(timespec="seconds")
+    plan(workdir, deadline=deadline)
+    timer(workdir, f'echo "{HEADER}"\necho "-0:30"\n')
+    s = status(workdir)
+    assert s.state.deadline == deadline and s.state.deadline_source == "run card deadline"
+    assert any("a negative time" in r for r in s.run.reminders)
+
+
+def test_plan_init_with_an_insane_timer_takes_the_deadline_given(workdir):
+    timer(workdir, f'echo "{HEADER}"\necho "-0:30"\n')
+    deadline = (now() + timedelta(hours=3)).isoformat(timespec="seconds")
+    out = plan(workdir, deadline=deadline)
+    assert out.card["deadline"] == deadline
+    assert any("a negative time" in w and "--deadline" in w for w in out.warnings)
+
+
+def test_a_timer_whose_child_keeps_stdout_open_answers_at_once(workdir):
+    """Row: a timer.sh that left `sleep` in the background holding its stdout cost the full 3 s limit on every
+    read (7-10 s a call). Its answer is what it printed when it exited, and the child dies with its group."""
+    pidfile = workdir / "child.pid"
+    timer(workdir, f'echo "{HEADER}"\necho "5:00"\nsleep 60 &\necho $! > {pidfile}\n')
+    started = time.monotonic()
+    assert clock.read_timer(workdir) == timedelta(hours=5)
+    assert time.monotonic() - started < 1.0
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 2
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(child)
+    plan(workdir)
+    started = time.monotonic()
+    assert status(workdir).state.deadline_source == "timer.sh"
+    assert time.monotonic() - started < clock.TIMER_TIMEOUT_S
+
+
+def test_helper_commands_answer_when_they_exit(tmp_path):
+    """The shared runner of timer.sh and a script's --help: the exit code of a command that exited leaving a
+    child on its pipe; a command still running at the limit is still cut off (None)."""
+    started = time.monotonic()
+    assert run_briefly(["bash", "-c", "echo done; sleep 30 & exit 4"], tmp_path, 3.0) == (4, "done\n")
+    assert time.monotonic() - started < 1.0
+    assert run_briefly(["bash", "-c", "echo 1:00; sleep 30 & sleep 30"], tmp_path, 0.5) == (None, "1:00\n")
