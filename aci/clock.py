@@ -186,11 +186,15 @@ def _card_says(card: RunCard | None) -> str:
         f"start {card.started_at.isoformat(timespec='seconds')} plus {card.budget_hours:g} h"
 
 
+def card_deadline(card: RunCard) -> datetime:
+    """When the run card says the run ends: its fixed deadline, else its start plus its budget."""
+    return card.deadline or card.started_at + timedelta(hours=card.budget_hours)
+
+
 def _from_card(card: RunCard | None, reserve: timedelta, note: str | None = None) -> Clock:
-    if card and card.deadline:
-        return Clock(card.deadline, reserve, "run card deadline", note=note)
     if card:
-        return Clock(card.started_at + timedelta(hours=card.budget_hours), reserve, "run card budget", note=note)
+        return Clock(card_deadline(card), reserve, "run card deadline" if card.deadline else "run card budget",
+                     note=note)
     return Clock(None, reserve, "none", note=note)
 
 

@@ -18,6 +18,7 @@ from aci.state import iso, now, parse_ts
 FINALIZE = "finalize.json"
 PROFILE_CHANGE = "profile_change"  # key of a plan event's data when init --force changed the rules profile
 BASE_MODEL_CHANGE = "base_model_change"  # key of a plan event's data when init --force changed the base model
+DEADLINE_CHANGE = "deadline_change"  # key of a plan event's data when a strict run's deadline moved later
 SANDBOX = "sandbox"  # key of a sandbox event's data: graded model code ran in a partial or unsafe sandbox
 
 
@@ -184,13 +185,15 @@ def finalized_at(gate_map: dict[str, Gate]) -> str | None:
 
 
 def rules_weakened(ctx: Context) -> list[str]:
-    """Each switch that weakened the rules (`plan init --force` with another profile or base model), and each
+    """Each switch that weakened the rules (`plan init --force` with another profile or base model), each later
+    deadline a strict run gave itself with no timer.sh to hold it (`runcard.deadline_change`), and each
     grading of model code as root that `--unsafe-grader` allowed, from the journal: the run card then no
     longer says what the run started under."""
     out = []
     for e in ctx.state.journal() if ctx.card else []:
         data = e.get("data") or {}
-        for key, what in ((PROFILE_CHANGE, "rules profile"), (BASE_MODEL_CHANGE, "base model")):
+        for key, what in ((PROFILE_CHANGE, "rules profile"), (BASE_MODEL_CHANGE, "base model"),
+                          (DEADLINE_CHANGE, "deadline")):
             change = data.get(key)
             if change and change.get("weakened"):
                 out.append(f"{e['ts']}: {what} {change['from']} -> {change['to']}, weaker: "

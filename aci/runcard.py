@@ -16,11 +16,11 @@ from pydantic import ValidationError
 
 from aci import manifest, records
 from aci import rules as rules_mod
-from aci.clock import fmt, parse_deadline, read_timer
+from aci.clock import TIMER, card_deadline, fmt, parse_deadline, read_timer
 from aci.contamination import shared
 from aci.context import Context
 from aci.errors import ACIError
-from aci.progress import BASE_MODEL_CHANGE, PROFILE_CHANGE
+from aci.progress import BASE_MODEL_CHANGE, DEADLINE_CHANGE, PROFILE_CHANGE
 from aci.state import iso, now, parse_ts
 from aci.training import gates as train_gates
 
@@ -41,7 +41,8 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
         if guess:
             card["template"] = guess
     warnings: list[str] = []
-    warnings += _set_deadline(card, fields, timer_remaining(ctx, warnings))
+    remaining = timer_remaining(ctx, warnings)
+    warnings += _set_deadline(card, fields, remaining)
     card["protected"] = protected_digests(ctx, rules.protected())
     provided = shared.beside(ctx.workdir, shared.ITEMS)  # the task's own test items, when it provides them
     if "reference" in card or provided:
@@ -65,7 +66,7 @@ def init(ctx: Context, fields: dict, event_data: dict) -> list[str]:
         warnings.append(f"the base model changed from {switched['from']!r} to {switched['to']!r} mid-run: "
                         f"{switched['weakened'][0]}. The journal keeps this and status shows it for the rest of "
                         f"the run")
-    _write(ctx, card, message, event_data)
+    warnings += _write(ctx, card, message, event_data, timer_set=remaining is not None)
     return warnings
 
 
@@ -146,19 +147,49 @@ def update(ctx: Context, fields: dict, event_data: dict) -> list[str]:
         fields["budget_hours"] = round(max((deadline - started).total_seconds(), 60) / 3600, 4)
     card.update(fields)
     warnings = check_fields(ctx, card)
-    _write(ctx, card, f"run card updated: {', '.join(sorted(fields))}", event_data)
+    warnings += _write(ctx, card, f"run card updated: {', '.join(sorted(fields))}", event_data)
     return warnings
 
 
-def _write(ctx: Context, card: dict, message: str, event_data: dict) -> None:
+def _write(ctx: Context, card: dict, message: str, event_data: dict, *, timer_set: bool = False) -> list[str]:
+    """Validate and write the card as one plan event; returns warnings. `timer_set`: timer.sh gave this
+    card its deadline (plan init), so no later deadline is the caller's doing."""
     try:
         model = records.RunCard.model_validate(card)
     except ValidationError as e:  # e.g. an empty --deadline, which check_fields has nothing to parse in
         err = e.errors()[0]
         raise ACIError(f"run card field {'.'.join(str(p) for p in err['loc'])}: {err['msg']} (given "
                        f"{err.get('input')!r})") from None
+    change = None if timer_set else deadline_change(ctx, model)
+    warnings = []
+    if change:
+        event_data = {**event_data, DEADLINE_CHANGE: change}
+        warnings.append(f"the deadline moved later ({change['from']} -> {change['to']}) under the strict "
+                        f"{ctx.card.profile} rules with no timer.sh to hold it: {change['weakened'][0]}. The "
+                        f"journal keeps this as a weakening and status shows it for the rest of the run")
     with ctx.state.event("plan", message, tool="plan", data=event_data) as w:
         w.write_json(records.RUN_CARD, model.model_dump(mode="json", exclude_none=True))
+    return warnings
+
+
+def deadline_change(ctx: Context, card: records.RunCard) -> dict | None:
+    """A strict run's card moving its deadline later (`plan update --budget-hours`, `--deadline`, `init
+    --force`): refused while timer.sh exists (the harness's timer says how long the run has; the card's
+    deadline is what every tool falls back to when the timer fails), else from, to and what it weakens,
+    which the plan event journals. An earlier deadline, or a run under a profile that is not strict, is
+    no change to report (None)."""
+    old = ctx.card
+    if old is None or not rules_mod.load(old.profile).strict:
+        return None
+    was, will = card_deadline(old), card_deadline(card)
+    if will <= was:
+        return None
+    if (ctx.workdir / TIMER).is_file():
+        raise ACIError(f"the deadline cannot move later under the strict {old.profile} rules while {TIMER} exists "
+                       f"(from {iso(was)} to {iso(will)}, {fmt(will - was)} more): the harness's timer says how "
+                       f"long the run has. An earlier --deadline or a smaller budget is accepted")
+    return {"from": iso(was), "to": iso(will),
+            "weakened": [f"the run gave itself {fmt(will - was)} more than its card allowed"]}
 
 
 def eval_script(ctx: Context, eval_command: str | None) -> Path | None:

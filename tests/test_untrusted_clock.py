@@ -125,3 +125,64 @@ def test_helper_commands_answer_when_they_exit(tmp_path):
     assert run_briefly(["bash", "-c", "echo done; sleep 30 & exit 4"], tmp_path, 3.0) == (4, "done\n")
     assert time.monotonic() - started < 1.0
     assert run_briefly(["bash", "-c", "echo 1:00; sleep 30 & sleep 30"], tmp_path, 0.5) == (None, "1:00\n")
+
+
+# -- item 5: a strict run's later deadline is refused or journaled ---------------------------------------------
+def _strict_hour(workdir: Path):
+    out = plan(workdir, profile="posttrainbench", budget_hours=1)
+    assert timedelta(minutes=58) < Context(workdir=workdir).clock.left() <= timedelta(hours=1)
+    return out
+
+
+@pytest.mark.parametrize("change", [{"budget_hours": 20}, {"deadline": "+30h"}], ids=["budget", "deadline"])
+def test_a_strict_run_without_a_timer_journals_a_later_deadline_as_a_weakening(workdir, change):
+    """Row: `plan update --budget-hours 20` or a deadline 30 h on grew time left from 0h59m to 19h59m / 29h59m
+    with nothing journaled."""
+    _strict_hour(workdir)
+    if "deadline" in change:
+        change = {"deadline": (now() + timedelta(hours=30)).isoformat(timespec="seconds")}
+    out = plan(workdir, "update", **change)
+    assert any("moved later" in w and "weakening" in w for w in out.warnings)
+    s = status(workdir)
+    assert len(s.state.rules_weakened) == 1 and ": deadline " in s.state.rules_weakened[0]
+    assert "more than its card allowed" in s.state.rules_weakened[0]
+    assert any("Rules weakened mid-run" in p for p in s.state.plainly)
+    assert any("Rules weakened mid-run" in r for r in s.run.reminders)
+
+
+def test_a_strict_run_that_reinits_with_more_time_journals_it(workdir):
+    _strict_hour(workdir)
+    plan(workdir, profile="posttrainbench", budget_hours=20, force=True)
+    assert any(": deadline " in w for w in status(workdir).state.rules_weakened)
+
+
+def test_an_earlier_deadline_or_a_default_run_is_no_weakening(workdir, tmp_path_factory):
+    _strict_hour(workdir)
+    plan(workdir, "update", budget_hours=0.5)
+    plan(workdir, "update", deadline=(now() + timedelta(minutes=20)).isoformat(timespec="seconds"))
+    assert status(workdir).state.rules_weakened == []
+    other = tmp_path_factory.mktemp("default-run")
+    plan(other, budget_hours=1)
+    plan(other, "update", budget_hours=20)
+    assert status(other).state.rules_weakened == []
+
+
+def test_a_strict_run_with_a_timer_cannot_move_its_deadline_later(workdir):
+    """With timer.sh the card's deadline is the timer's (and what every tool falls back to when it fails): a
+    later one is refused, a larger budget leaves it where it is, less time is always allowed."""
+    timer(workdir, f'echo "{HEADER}"\necho "1:00"\n')
+    before = _strict_hour(workdir).card
+    later = {"deadline": (now() + timedelta(hours=30)).isoformat(timespec="seconds")}
+    with pytest.raises(ACIError, match="cannot move later .* while timer.sh exists"):
+        plan(workdir, "update", **later)
+    ctx = Context(workdir=workdir)
+    assert ctx.card.budget_hours == before["budget_hours"]
+    assert not any(e["message"].startswith("run card updated") for e in ctx.state.journal())
+    plan(workdir, "update", budget_hours=20)
+    assert Context(workdir=workdir).clock.left() <= timedelta(hours=1)
+    timer(workdir, "exit 1\n")  # a failing timer: the card's deadline stands in, so it is held all the same
+    assert Context(workdir=workdir).clock.left() <= timedelta(hours=1)
+    with pytest.raises(ACIError, match="while timer.sh exists"):
+        plan(workdir, "update", **later)
+    plan(workdir, "update", deadline=(now() + timedelta(minutes=30)).isoformat(timespec="seconds"))
+    assert status(workdir).state.rules_weakened == []
