@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from aci.context import Context
 from aci.envelope import RunInfo, envelope
 from aci.errors import ACIError
+from aci.state import gitpython
 
 # One vocabulary across tools: the names in a group mean the same thing wherever they appear, and a tool
 # that has one of them takes the others as spellings of it (`aci contamination --source` and
@@ -222,6 +223,8 @@ def call(name: str, args: dict[str, Any], ctx: Context) -> ToolOutput:
         inp = t.input.model_validate(args)
     except ValidationError as e:
         raise ACIError(validation_message(name, e)) from None
+    if not t.read_only:
+        gitpython()  # a tool that may write state stops here, before it has done anything, when git is missing
     if ctx.card:
         ctx.settle_clock()
     out = t.fn(inp, ctx)

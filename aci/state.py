@@ -59,6 +59,30 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def gitpython():
+    """GitPython, once a git executable answers; else the named error, before anything is written.
+
+    GitPython runs `git version` when it is imported (its GIT_PYTHON_REFRESH check): without a git on PATH
+    (or at $GIT_PYTHON_GIT_EXECUTABLE) the import raises an ImportError whose traceback every state-writing
+    command printed, and under GIT_PYTHON_REFRESH=quiet or warn it imports with `GIT_OK` false and the
+    first commit fails instead. The run's state is a git repository (one commit per event), so `State.event`
+    and every tool that may write ask here first."""
+    try:
+        import git
+    except ModuleNotFoundError:  # GitPython itself missing: a broken installation, not the machine's git
+        raise
+    except ImportError:
+        git = None
+    if git is None or not git.GIT_OK:
+        named = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE")
+        found = f"$GIT_PYTHON_GIT_EXECUTABLE ({named}) does not run" if named else "no `git` on PATH"
+        raise ACIError(f"git is needed and not found ({found}): the run's state is a git repository, one commit "
+                       f"per event, so nothing was written. Install git (`apt-get install git` on Debian or "
+                       f"Ubuntu, `dnf install git`, `apk add git`) or set GIT_PYTHON_GIT_EXECUTABLE to its path, "
+                       f"then run the command again")
+    return git
+
+
 def iso(t: datetime | None = None) -> str:
     return (t or now()).isoformat(timespec="seconds")
 
@@ -212,6 +236,7 @@ class State:
         """
         from aci import disk
 
+        gitpython()  # before the lock file or any write: without git no event could be committed
         with self.locked():
             try:
                 self._ensure_repo()
@@ -278,9 +303,7 @@ class State:
                           *(git_dir / "logs").rglob("*.lock")]:
                 stale.unlink(missing_ok=True)
             return
-        import git
-
-        repo = git.Repo.init(self.root)
+        repo = gitpython().Repo.init(self.root)
         (self.root / ".gitignore").write_text(_GITIGNORE)
         repo.index.add([".gitignore"])
         repo.index.commit("state: created", author=_actor(), committer=_actor())
@@ -300,10 +323,8 @@ class State:
             self._commit_once(paths, message)
 
     def _commit_once(self, paths: list[str], message: str) -> None:
-        import git
-
         if self._repo is None:  # kept: its git cat-file helpers are reused across events
-            self._repo = git.Repo(self.root)
+            self._repo = gitpython().Repo(self.root)
         repo = self._repo
         present = [p for p in paths if (self.root / p).exists()]
         gone = [p for p in paths if not (self.root / p).exists()]
@@ -317,11 +338,9 @@ class State:
 
     def history(self) -> list[str]:
         """Commit messages, newest first."""
-        import git
-
         if not (self.root / ".git").is_dir():
             return []
-        return [c.message.strip() for c in git.Repo(self.root).iter_commits()]
+        return [c.message.strip() for c in gitpython().Repo(self.root).iter_commits()]
 
 
 class Writer:
@@ -350,6 +369,4 @@ class Writer:
 
 
 def _actor():
-    import git
-
-    return git.Actor("aci", "aci@localhost")
+    return gitpython().Actor("aci", "aci@localhost")

@@ -186,3 +186,40 @@ def test_a_strict_run_with_a_timer_cannot_move_its_deadline_later(workdir):
         plan(workdir, "update", **later)
     plan(workdir, "update", deadline=(now() + timedelta(minutes=30)).isoformat(timespec="seconds"))
     assert status(workdir).state.rules_weakened == []
+
+
+# -- item 6: no git, one clear error ---------------------------------------------------------------------------
+def _without_git(tmp_path: Path, **extra: str) -> dict:
+    """The environment with a PATH on which there is no git (an empty folder), and no pointer to one."""
+    empty = tmp_path / "no-git-bin"
+    empty.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_PYTHON_GIT_EXECUTABLE", "GIT_PYTHON_REFRESH")}
+    return {**env, "PATH": str(empty), **extra}
+
+
+def _says_install_git(r: subprocess.CompletedProcess) -> None:
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "git is needed and not found" in r.stderr and "apt-get install git" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("refresh", [None, "quiet"], ids=["import-raises", "refresh-quiet"])
+def test_no_git_fails_the_first_command_with_nothing_written(workdir, tmp_path, refresh):
+    """Row: with no git on PATH every state-writing command failed with GitPython's import traceback (its
+    GIT_PYTHON_REFRESH check raises at import; set to quiet it imports and the commit fails)."""
+    env = _without_git(tmp_path, **({"GIT_PYTHON_REFRESH": refresh} if refresh else {}))
+    _says_install_git(cli(workdir, "plan", "init", "--base-model", "base", "--benchmark", "ledger", env=env))
+    assert not (workdir / "state").exists()
+
+
+def test_no_git_mid_run_leaves_the_state_as_it_was(workdir, tmp_path):
+    plan(workdir, profile="posttrainbench")
+    state = workdir / "state"
+    before = {p: p.read_bytes() for p in state.rglob("*") if p.is_file() and ".git" not in p.parts}
+    head = subprocess.run(["git", "-C", str(state), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    env = _without_git(tmp_path)
+    _says_install_git(cli(workdir, "plan", "update", "--notes", "changed", env=env))
+    _says_install_git(cli(workdir, "log-state", "append", "--kind", "decision", "--message", "m", env=env))
+    assert {p: p.read_bytes() for p in state.rglob("*") if p.is_file() and ".git" not in p.parts} == before
+    assert subprocess.run(["git", "-C", str(state), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout == head
+    assert cli(workdir, "status", env=env).returncode == 0  # reading the run needs no git
