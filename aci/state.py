@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from aci.errors import ACIError, where
 
@@ -101,13 +101,22 @@ def resolve_root(state: Path | str | None = None, workdir: Path | str | None = N
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so readers see the old or the new content, never a mix."""
+    with atomic_writer(path) as f:
+        f.write(data)
+
+
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[BinaryIO]:
+    """A binary file to write that replaces `path` when the block ends, so readers see the old or the
+    new content, never a mix; an exception in the block leaves `path` as it was. Why a stream: a large
+    output (a clean copy of a training set) is written as it is made, never held whole in memory."""
     if path.is_dir():  # the rename below would fail only after the data was written
         raise ACIError(f"{path} is a folder; give a file name to write to")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -9,7 +9,10 @@ import asyncio
 import hashlib
 import importlib.util
 import json
+import random
 import re
+import string
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 
@@ -436,6 +439,59 @@ def test_verdict_is_recorded_for_the_bytes_scanned(workdir):
     again = check(workdir, path="clean.jsonl", reference=str(ref))
     assert again.verdict == "pass" and again.flagged == 0
     assert manifest.current(Context(workdir=workdir).state, workdir / "clean.jsonl")["contamination"]["verdict"] == "pass"
+
+
+def long_rows(path: Path, mb: int, first: dict) -> Path:
+    """`first`, then rows of about 20 KB of words drawn from 5,000 made-up ones, up to `mb` MB."""
+    rng = random.Random(mb)
+    vocab = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 9))) for _ in range(5000)]
+    with open(path, "w") as f:
+        f.write(json.dumps(first) + "\n")
+        size = 0
+        while size < mb << 20:
+            size += f.write(json.dumps({"text": " ".join(rng.choices(vocab, k=3300))}) + "\n")
+    return path
+
+
+def test_a_check_streams_its_file(workdir):
+    """From a 4 MB to a 12 MB file of 20 KB rows, a check's peak memory (with a clean copy) grows by less
+    than a tenth of the 8 MB more: the rows are read, hashed and checked a batch of about 1 MB of text
+    at a time, and the clean copy is written as it is made. (It held the whole file, its clean rows, and
+    1,024 rows a batch, 700 MB for such rows.)"""
+    refs, _ = labelled()
+    ref = write_jsonl(workdir / "ref.jsonl", refs)
+    copied = {"text": f"{refs[0]['question']}\n{refs[0]['answer']}"}
+    check(workdir, path=str(long_rows(workdir / "warm.jsonl", 1, copied)), reference=str(ref), record=False)
+    peaks = []
+    for mb in (4, 12):
+        path = long_rows(workdir / f"long{mb}.jsonl", mb, copied)
+        tracemalloc.start()
+        out = check(workdir, path=path.name, reference=str(ref), clean_output=f"clean{mb}.jsonl")
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert out.flagged == 1 and out.contaminated[0]["line"] == 1 and out.kept_rows == out.rows - 1
+        assert out.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+        assert (workdir / f"clean{mb}.jsonl").read_text().splitlines() == path.read_text().splitlines()[1:]
+    assert peaks[1] - peaks[0] < 0.1 * (8 << 20), [f"{p / 2 ** 20:.1f} MB" for p in peaks]
+
+
+def test_a_file_changed_during_the_check_leaves_no_clean_copy(workdir, monkeypatch):
+    """The clean copy reads the file again, streamed: bytes other than those scanned (a row appended
+    while the check ran) are an error naming the file, and no clean copy is written."""
+    ref, data, train = files(workdir)
+    scan = C.check
+
+    def then_append(*args, **kw):
+        report = scan(*args, **kw)
+        with open(data, "a") as f:
+            f.write(json.dumps({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant",
+                                                                                 "content": "Hello"}]}) + "\n")
+        return report
+
+    monkeypatch.setattr(C, "check", then_append)
+    with pytest.raises(ACIError, match=re.escape(f"{data} changed while it was being checked")):
+        check(workdir, path=str(data), reference=str(ref), clean_output="clean.jsonl")
+    assert not (workdir / "clean.jsonl").exists() and not list(workdir.glob(".clean.jsonl.*"))
 
 
 def test_strict_profile_tolerates_no_flagged_row(workdir):

@@ -14,11 +14,13 @@ cannot use, are read by `aci.tasks.record_texts`.) A row with a `fingerprint` re
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import BinaryIO
 
 from aci.contamination.text import clean
 from aci.errors import ACIError, where
@@ -56,10 +58,12 @@ def tool_text(row: dict) -> str | None:
     return text if isinstance(text, str) and text else None
 
 
-def training_rows(path: Path, sources: set[str] | None = None, content: bytes | None = None) -> Iterator[Row]:
-    """The rows of a training file as text (`aci.tasks.row_texts`); declared dataset names (`source`/
-    `dataset`, also under `meta`) are collected into `sources` on the way, so the banned-dataset check
-    needs no second pass."""
+def training_rows(path: Path, sources: set[str] | None = None, content: bytes | BinaryIO | None = None
+                  ) -> Iterator[Row]:
+    """The rows of a training file as text (`aci.tasks.row_texts`), streamed (from `content` when given:
+    its bytes, or a binary stream such as a `HashingReader`); declared dataset names (`source`/`dataset`,
+    also under `meta`) are collected into `sources` on the way, so the banned-dataset check needs no
+    second pass."""
     from aci.tasks import read_rows, row_texts
 
     name = str(path)
@@ -84,6 +88,49 @@ def training_rows(path: Path, sources: set[str] | None = None, content: bytes | 
         inside = seen is not None and f" {clean(seen)} " in f" {clean(text)} "
         rid = row.get("id")
         yield Row(k, n, None if rid is None or not isinstance(rid, (str, int)) else str(rid), text, seen, inside)
+
+
+class HashingReader:
+    """A binary file read through, the sha256 of every byte read kept on the way; given `expect`, the
+    digest of an earlier read, an ACIError at the end of the file when these bytes differ from those.
+
+    Why: a verdict holds for the bytes the check parsed. Hashing them as they stream past, in the one
+    read that parses them, binds the verdict to them without holding the file in memory (which cost a
+    check about 1 MB per MB of input). A later pass over the same file (the clean copy, the task's own
+    tool) reads it again through `expect`, so it cannot act on bytes other than those the verdict is for.
+    """
+
+    def __init__(self, f: BinaryIO, path: Path, expect: str | None = None):
+        self.f, self.path, self.expect = f, path, expect
+        self.hash = hashlib.sha256()
+        self.pos = self.hashed = 0  # where the next read starts; how many bytes from the start are hashed
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        return self._seen(data, at_end=not data or n is None or n < 0)
+
+    def readline(self, n: int = -1) -> bytes:
+        data = self.f.readline(n)
+        return self._seen(data, at_end=not data)
+
+    def seek(self, pos: int) -> int:
+        """Go back to `pos` (`read_rows` reads the head, then starts over): bytes read again are not
+        hashed again."""
+        self.pos = self.f.seek(pos)
+        return self.pos
+
+    def hexdigest(self) -> str:
+        return self.hash.hexdigest()
+
+    def _seen(self, data: bytes, at_end: bool) -> bytes:
+        start, self.pos = self.pos, self.pos + len(data)
+        if self.pos > self.hashed:
+            self.hash.update(memoryview(data)[self.hashed - start:])
+            self.hashed = self.pos
+        if at_end and self.expect is not None and self.hexdigest() != self.expect:
+            raise ACIError(f"{self.path} changed while it was being checked (sha256 {self.expect[:12]} when "
+                           f"scanned, {self.hexdigest()[:12]} now): run the check again on the finished file")
+        return data
 
 
 @dataclass

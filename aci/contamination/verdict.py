@@ -12,17 +12,21 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aci import manifest
 from aci.contamination import shared
+from aci.contamination.inputs import HashingReader
 from aci.contamination.report import Mode
 from aci.context import Context
 from aci.errors import ACIError
+from aci.files import regular_only
 
 SIDE_FILE = "contamination.jsonl"  # every flagged and close row, beside the manifest
 
@@ -105,8 +109,7 @@ class Result(Record):
 class _Inputs:
     path: Path
     ref: Path
-    data: bytes
-    digest: str
+    ref_data: bytes  # the reference, read once: the index is built from the bytes its digest is of
     ref_digest: str
     threshold: float
     warnings: list[str]
@@ -118,16 +121,21 @@ def check_file(req: ContaminationRequest, ctx: Context) -> Result:
     from aci.training import gates
 
     inp = _inputs(req, ctx)
-    path, ref, data, warnings = inp.path, inp.ref, inp.data, inp.warnings
+    path, ref, warnings = inp.path, inp.ref, inp.warnings
     started = time.perf_counter()
     declared: set[str] = set()
-    report = C.check(C.reference_items(ref, _read(ref)), C.training_rows(path, declared, data), req.mode,
-                     inp.threshold)
+    with _reading(path) as scanned:  # streamed: the check keeps per-row findings, never the file
+        report = C.check(C.reference_items(ref, inp.ref_data), C.training_rows(path, declared, scanned), req.mode,
+                         inp.threshold)
+    digest = scanned.hexdigest()
     for name in sorted(declared):
         ctx.rules.check_dataset_name(name)
     tool = shared.beside(ctx.workdir, shared.TOOL) if ctx.rules.strict and req.mode == "simple" else None
-    theirs = shared.run(tool, ref, C.training_rows(path, None, data), ctx.state.root / "cache" / "tiktoken") \
-        if tool else None
+    if tool:
+        with _reading(path, digest) as again:
+            theirs = shared.run(tool, ref, C.training_rows(path, None, again), ctx.state.root / "cache" / "tiktoken")
+    else:
+        theirs = None
     seconds = time.perf_counter() - started
     gates.pin_at_first_check(ctx, ref, inp.ref_digest)
     counted = _counted(report, theirs, ctx.rules.strict)
@@ -149,20 +157,20 @@ def check_file(req: ContaminationRequest, ctx: Context) -> Result:
         clean_path = ctx.path(req.clean_output, what="clean output", kind="file")
         if clean_path in (path, ref):
             raise ACIError("--clean-output must be a new file, not the training set or the reference")
-        kept = _write_clean(path, data, clean_path, set(counted))
+        kept = _write_clean(path, digest, clean_path, set(counted))
     mpath = None
     if req.record:
         side = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in report.flagged + report.close).encode()
         manifest.update(ctx.state, path, "contamination", Record(**record).model_dump(mode="json"), role="train",
                         tool="contamination", message=f"contamination {record['verdict_text']} ({path.name} "
                                                       f"against {ref.name}, {req.mode})",
-                        extra_files={SIDE_FILE: side}, sha256=inp.digest)
+                        extra_files={SIDE_FILE: side}, sha256=digest)
         mpath = str(ctx.state.root / manifest.rel(path))
     if record["verdict"] == "fail":
         warnings.insert(0, ctx.rules.refuse("no-test-data", f"{len(counted)} row(s) count against the file, "
                                                             f"{limits.tolerated_rows} tolerated").args[0])
     gate_open = closed is None or (record["verdict"] == "pass" and not limits.required_before_training)
-    return Result(**record, path=str(path), sha256=inp.digest, opens_train_gate=gate_open,
+    return Result(**record, path=str(path), sha256=digest, opens_train_gate=gate_open,
                   contaminated=report.flagged[:req.show], close_rows=report.close[:req.show],
                   clean_output=str(clean_path) if clean_path else None, kept_rows=kept, manifest=mpath,
                   seconds=round(seconds, 2), warnings=warnings)
@@ -186,15 +194,15 @@ def _inputs(req: ContaminationRequest, ctx: Context) -> _Inputs:
     threshold = req.threshold if req.threshold is not None else limits.threshold
     if rules.strict and threshold > limits.threshold:
         raise rules.refuse("no-test-data", f"threshold {threshold} is looser than the profile's {limits.threshold}")
-    data = _read(path)
-    ref_digest = hashlib.sha256(_read(ref)).hexdigest()
+    ref_data = _read(ref)
+    ref_digest = hashlib.sha256(ref_data).hexdigest()
     warnings = []
     if pin and pin["path"] == str(ref) and pin["sha256"] != ref_digest:
         if rules.strict:
             raise rules.refuse("no-test-data", f"the pinned reference {ref} changed since it was pinned (sha256 "
                                                f"{pin['sha256'][:12]} then, {ref_digest[:12]} now)")
         warnings.append(f"the pinned reference {ref} changed since it was pinned")
-    return _Inputs(path, ref, data, hashlib.sha256(data).hexdigest(), ref_digest, threshold, warnings)
+    return _Inputs(path, ref, ref_data, ref_digest, threshold, warnings)
 
 
 def _counted(report, theirs: shared.SharedVerdict | None, strict: bool) -> dict[int, int]:
@@ -243,22 +251,37 @@ def _verdict_text(r: dict) -> str:
 
 
 def _read(path: Path) -> bytes:
+    with _opened(path) as f:
+        return f.read()
+
+
+def _opened(path: Path) -> BinaryIO:
+    regular_only(path, "data file")  # before open(): a FIFO would block it
     try:
-        return path.read_bytes()
+        return open(path, "rb")
     except IsADirectoryError:
         raise ACIError(f"data file {path} is a directory, expected a .jsonl or .json file") from None
 
 
-def _write_clean(src: Path, content: bytes, dst: Path, drop: set[int]) -> int:
-    """The rows of `src` (the bytes scanned) whose 0-based position is not in `drop`, as JSONL, written
-    atomically."""
-    from aci.state import atomic_write_bytes
+@contextmanager
+def _reading(path: Path, expect: str | None = None) -> Iterator[HashingReader]:
+    """`path` open for one streamed pass, hashed as it is read; with `expect` (the digest of the bytes
+    scanned) a pass that meets other bytes ends in an ACIError."""
+    with _opened(path) as f:
+        yield HashingReader(f, path, expect)
+
+
+def _write_clean(src: Path, digest: str, dst: Path, drop: set[int]) -> int:
+    """The rows of `src` whose 0-based position is not in `drop`, as JSONL, streamed into a file that
+    replaces `dst` atomically once `src` has been read to its end as the bytes scanned (`digest`): a
+    file that changed since leaves `dst` as it was."""
+    from aci.state import atomic_writer
     from aci.tasks import read_rows
 
-    kept, out = 0, []
-    for k, (_, row) in enumerate(read_rows(src, content)):
-        if k not in drop:
-            out.append(json.dumps(row, ensure_ascii=False) + "\n")
-            kept += 1
-    atomic_write_bytes(dst, "".join(out).encode())
+    kept = 0
+    with _reading(src, digest) as f, atomic_writer(dst) as out:
+        for k, (_, row) in enumerate(read_rows(src, f)):
+            if k not in drop:
+                out.write((json.dumps(row, ensure_ascii=False) + "\n").encode())
+                kept += 1
     return kept

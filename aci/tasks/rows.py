@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 
@@ -23,24 +25,27 @@ MAX_ROW_BYTES = 8 << 20
 CHUNK_BYTES = 1 << 20  # JSONL read this much at a time, plus the rest of its last line
 
 
-def read_rows(path: Path | str, content: bytes | None = None) -> Iterator[tuple[int, dict]]:
+def read_rows(path: Path | str, content: bytes | BinaryIO | None = None) -> Iterator[tuple[int, dict]]:
     """Yield `(line, row)` for each JSON object in a JSONL file (streamed) or a JSON array file.
 
     Raises ACIError naming `file:line` for a missing, empty or binary file, broken JSON, a row that
     is not an object, or a row longer than MAX_ROW_BYTES. Blank lines in JSONL are skipped. With `content`, those bytes are parsed in
     place of the file's (errors still name `path`): the training job reads a file once, checks its hash,
-    and trains on exactly the bytes it hashed.
+    and trains on exactly the bytes it hashed. `content` may also be a seekable binary stream at its start
+    (left open), so that a caller can hash the bytes as they are parsed, without holding the file
+    (`aci.contamination.inputs.HashingReader`).
     """
     path = Path(path)
     if content is None:
         regular_only(path, "data file")  # before open(): a FIFO would block it
     try:
-        f = open(path, "rb") if content is None else io.BytesIO(content)
+        source = open(path, "rb") if content is None else io.BytesIO(content) if isinstance(content, bytes) else \
+            nullcontext(content)
     except FileNotFoundError:
         raise ACIError(f"data file {path} does not exist") from None
     except IsADirectoryError:
         raise ACIError(f"data file {path} is a directory, expected a .jsonl or .json file") from None
-    with f:
+    with source as f:
         head = f.read(4096)
         first = head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1]
         f.seek(0)
