@@ -299,3 +299,19 @@ def test_a_start_after_the_dry_run_reuses_its_data_check_until_an_input_changes(
     assert fresh() is True and fresh() is False
     kept = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path / "state", capture_output=True, text=True)
     assert kept.stdout == "" and len(list((tmp_path / "state" / "checks").glob("*.json"))) == 5
+
+
+def test_the_chance_advice_is_spent_once_the_loss_leaves_the_plateau(tmp_path):
+    """`train status` repeated the first-loss advice long after the loss had fallen to 0.01."""
+    from aci.jobs import JobView
+    from aci.training import status
+
+    (tmp_path / "config.json").write_text(json.dumps({"method": "sft", "learning_rate": 2e-3}))
+
+    def advice(loss):
+        progress = {"first_loss": 5.4, "vocab_size": 256, "loss": loss}
+        return status.rate_advice(JobView(id="j", kind="train", status="running", started_at="now",
+                                          progress=progress, folder=str(tmp_path)))
+
+    assert "sits at chance" in advice(5.3) and "sits at chance" in advice(2.8)  # ln 256 = 5.55: still above half
+    assert advice(2.7) is None and advice(0.01) is None

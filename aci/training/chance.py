@@ -26,6 +26,11 @@ def at_chance(first_loss: float | None, vocab_size: int | None) -> bool:
     return first_loss >= CHANCE_SHARE * chance_loss(vocab_size)
 
 
+def left(loss: float | None, vocab_size: int | None) -> bool:
+    """The loss has fallen below half of chance: the model has left the plateau (the advice's own mark)."""
+    return bool(loss) and bool(vocab_size) and vocab_size >= 2 and loss < chance_loss(vocab_size) / 2
+
+
 def advice(first_loss: float | None, vocab_size: int | None, learning_rate: float | None = None,
            default_rate: float | None = None) -> str | None:
     """What a first loss at chance means for the recipe, in words; None when the first loss is below it.

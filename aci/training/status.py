@@ -1,6 +1,7 @@
 """What training jobs have done, read from state: their registered checkpoints, the latest job, the
 learning-rate sense check of a job's first loss (`aci.training.chance`), and a job's progress in words
-(what it prepares, its schedule's forecast, its time to step 1, a learning-rate probe's results)."""
+(what it prepares, its schedule's forecast, the ranks it runs as, its time to step 1, a learning-rate
+probe's results)."""
 
 from __future__ import annotations
 
@@ -70,8 +71,11 @@ def ranking(views: list[JobView]) -> list[str]:
 
 
 def rate_advice(view: JobView) -> str | None:
-    """What a first loss near chance says about the learning rate, once the job has logged one."""
+    """What a first loss near chance says about the learning rate, once the job has logged one, until its
+    loss has left the plateau (then the advice is spent)."""
     p = view.progress
+    if chance.left(p.get("loss"), p.get("vocab_size")):
+        return None
     cfg = read_json(Path(view.folder) / jobfiles.CONFIG) or {}
     default = default_learning_rate(cfg["method"], bool(cfg.get("lora"))) if cfg.get("method") else None
     return chance.advice(p.get("first_loss"), p.get("vocab_size"), cfg.get("learning_rate"), default)
@@ -89,6 +93,12 @@ def describe(p: dict) -> list[str]:
     for e in p.get("schedule_events") or []:
         out.append(f"  schedule change at step {e['step']} ({e['at']}): {e['what']}")
     out += dev.describe(p.get("dev"))
+    procs = p.get("processes") or {}
+    if procs.get("world_size", 1) > 1:
+        hosts = len({r["host"] for r in procs["ranks"]}) > 1
+        where = ", ".join(f"rank {r['rank']} pid {r['pid']}" + (f" on {r['host']}" if hosts else "")
+                          for r in procs["ranks"])
+        out.append(f"  processes: {procs['world_size']} ranks ({where}); rank 0 saves and registers the checkpoints")
     threads = p.get("cpu_threads") or {}
     if threads.get("why"):
         out.append(f"  cpu threads: {threads['why']}" + (f" ({len(threads['changes']) - 1} changes while running)"
