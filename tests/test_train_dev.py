@@ -78,6 +78,22 @@ def test_without_a_grader_the_curve_is_the_gold_answers_loss_and_says_so(run):
     assert last < first and dev["best"]["step"] == 40
 
 
+def test_an_eval_script_that_reads_an_answer_line_grades_a_dev_set_without_graders(run):
+    """Tasks drawn from a generator name no grader; the eval script's own `ANSWER:` rule is the one to use,
+    not the loss of a bare gold answer that the designed reply never writes alone."""
+    rows = task_rows(4)
+    for r in rows:
+        r.pop("grader")
+    write_jsonl(run / "dev.jsonl", rows)
+    dry = call(run, action="dry-run", data="sft.jsonl", dev_set="dev.jsonl", **FAST)
+    assert dry.checks["dev"]["metric"] == "loss"  # nothing names the format yet
+    (run / "evaluate.py").write_text('import re\nANSWER = re.compile(r"^ANSWER:\\s*(.+)$", re.M)\n')
+    dry = call(run, action="dry-run", data="sft.jsonl", dev_set="dev.jsonl", **FAST)
+    dev = dry.checks["dev"]
+    assert (dev["metric"], dev["grader"]) == ("accuracy", "final-answer")
+    assert "evaluate.py, which reads an `ANSWER:` line" in dev["source"]
+
+
 def test_a_dev_set_without_graders_or_answers_is_refused_before_the_job(run):
     rows = task_rows(4)
     for r in rows:
