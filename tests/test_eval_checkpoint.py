@@ -722,14 +722,19 @@ def test_the_sample_count_is_read_from_a_real_inspect_log(tmp_path):
     assert command.inspect_log(tmp_path / "nowhere", started, "model") is None
 
 
-def test_one_gpu_job_at_a_time(workdir, tiny_model):
-    """An evaluation waits for a running GPU job (here a background evaluation) unless --concurrent; so does
-    a training start."""
+def test_one_gpu_job_at_a_time(workdir, tiny_model, monkeypatch):
+    """With a GPU, an evaluation waits for a running GPU job (here a background evaluation) unless
+    --concurrent; so does a training start. Without one, an evaluation runs beside it on the free cores."""
     from aci import jobs
+    from aci.training import hardware
 
+    assert not hardware.cuda_likely()  # this machine: evaluations share the cores, no GPU's memory
     init_run(workdir, tiny_model, command=eval_command("--sleep", "60"))
     state = ctx(workdir).state
     job = call(workdir, checkpoint="base", limit=40, background=True).job
+    beside = call(workdir, checkpoint="base", limit=40, background=True).job  # no --concurrent needed on a CPU
+    assert jobs.stop(state, beside.id, grace_s=5).status in ("stopped", "failed")
+    monkeypatch.setattr(hardware, "cuda_likely", lambda: True)  # a stand-in for the GPU this machine lacks
     try:
         busy = rf"^eval job {job.id} .*--concurrent"  # what holds the GPU, and the option that shares it
         with pytest.raises(ACIError, match=busy):

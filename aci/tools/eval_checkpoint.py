@@ -15,8 +15,7 @@ from aci.evaluation import job as evaljob
 from aci.evaluation.promotion import Promotion
 from aci.evaluation.stats import Comparison
 from aci.registry import ToolInput, ToolOutput, tool
-
-JOB_KIND = evaljob.KIND
+from aci.training import hardware
 
 
 class EvalCheckpointInput(ToolInput, runner.EvalSpec):
@@ -32,7 +31,8 @@ class EvalCheckpointInput(ToolInput, runner.EvalSpec):
     parent: str | None = Field(None, description="for a folder path not yet registered: the checkpoint it was trained from")
     background: bool = Field(False, description="evaluate: run as a job and return at once (for anything over a few minutes)")
     promote: bool = Field(False, description="evaluate: promote the checkpoint afterwards if it beats the current best")
-    concurrent: bool = Field(False, description="evaluate even while a train, eval or serve job holds the GPU")
+    concurrent: bool = Field(False, description="evaluate even while a train, eval or serve job holds the GPU "
+                                                "(without a GPU, evaluations always run beside other jobs)")
     last: int = Field(20, ge=1, le=500, description="list: how many recent evaluations")
 
 
@@ -81,23 +81,22 @@ def _spec(inp: EvalCheckpointInput) -> runner.EvalSpec:
 def _evaluate(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOutput:
     ck = checkpoints.resolve(ctx, inp.checkpoint, inp.parent)
     spec = _spec(inp)
-    busy = None if inp.concurrent else jobs.gpu_busy(ctx.state)
-    if busy:
+    exclusive = not inp.concurrent and hardware.cuda_likely()  # on a CPU the free cores are shared (aci.cpus)
+    if exclusive and (busy := jobs.gpu_busy(ctx.state)):
         raise ACIError(busy)
     if inp.background:
-        return EvalCheckpointOutput(action="evaluate", job=evaljob.start(ctx, ck, spec, promote=inp.promote,
-                                                                         exclusive=not inp.concurrent))
+        job = evaljob.start(ctx, ck, spec, promote=inp.promote, exclusive=exclusive)
+        return EvalCheckpointOutput(action="evaluate", job=job)
     # a job too, waited for: no model or eval command stays in the server
-    entry = evaljob.evaluate(ctx, ck, spec, exclusive=not inp.concurrent)
+    entry = evaljob.evaluate(ctx, ck, spec, exclusive=exclusive)
     out = EvalCheckpointOutput(action=inp.action, result=entry, warnings=list(entry.get("warnings", [])))
     if spec.evaluator == "dev" and entry.get("eval_id"):
         out.replies = devset.replies(ctx.state.root / runner.EVALS / entry["eval_id"], SAMPLE_REPLIES)
     elif spec.evaluator == "command":
         out.replies = replies.logged([*entry.get("sample_logs", []), *entry.get("inspect_logs", [])], SAMPLE_REPLIES)
     few = final_scoring.trials_warning(ctx.rules.profile.final_eval, ctx.card.benchmark, ck.sampling, spec.seed_list())
-    out.warnings += [few] if few else []
     out.comparison, why_not = promotion.against_best(ctx, ck.id, entry)
-    out.warnings += [why_not] if why_not else []
+    out.warnings += [w for w in (few, why_not) if w]
     if inp.promote:
         out.promotion = promotion.promote_if_better(ctx, ck.id, entry, inp.set_template)
     return out
@@ -121,8 +120,9 @@ def eval_checkpoint(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOut
     {limit} refuses --limit); the sample count recorded is the one the command reports, its inspect
     log holds or its per-sample log counts, else unknown. Checkpoints
     other than base are evaluated as they would be shipped (LoRA merged, run card template, end-of-turn
-    token, sampling settings). Refused while a train, eval or serve job holds the GPU, unless
-    --concurrent. --background runs it as a job; --promote promotes afterwards when it wins.
+    token, sampling settings). Refused while a train, eval or serve job holds the GPU, unless --concurrent
+    (on a machine without one it runs beside them, on the free cores). --background runs it as a job;
+    --promote promotes afterwards when it wins.
     compare: does --checkpoint beat --against (default: best, else base) on their latest evaluations
     with the same evaluator and limit? Non-overlapping trial ranges, a paired bootstrap over per-sample
     scores, or a two-proportion z-test (one-sided 5 %); says by how much.
@@ -142,7 +142,7 @@ def eval_checkpoint(inp: EvalCheckpointInput, ctx: Context) -> EvalCheckpointOut
         found = [e for e in ctx.state.lines(records.CHECKPOINTS) if e.get("type") == "evaluated"
                  and (inp.checkpoint is None or e.get("checkpoint") == inp.checkpoint)]
         return EvalCheckpointOutput(action="list", evaluations=found[-inp.last:],
-                                    running=[j for j in jobs.active(ctx.state) if j.kind == JOB_KIND])
+                                    running=[j for j in jobs.active(ctx.state) if j.kind == evaljob.KIND])
     if not inp.checkpoint:
         raise ACIError(f"eval-checkpoint {inp.action} needs --checkpoint (base, a registered id, or a model folder)")
     ctx.require_card()
