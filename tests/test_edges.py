@@ -227,3 +227,32 @@ def test_a_fifo_given_as_a_file_is_refused_without_being_opened(workdir):
 
     with pytest.raises(ACIError, match="named pipe"):  # a path that reached the reader some other way
         next(read_rows(fifo))
+
+
+def test_a_clean_copy_is_written_only_inside_the_roots(workdir, tmp_path_factory, monkeypatch):
+    """Issue 33: `contamination --clean-output` had no test of the roots check (the review passed the training
+    set itself, and the "same file" check answered first). A new file outside the roots, named absolutely,
+    through `..` or through a link in the workdir, is refused by name over the MCP server, and nothing is
+    written there; the same call with a path inside writes the copy, so the refusal is the roots check's."""
+    monkeypatch.delenv("ACI_ROOTS", raising=False)
+    outside = tmp_path_factory.mktemp("outside")
+    (workdir / "escape").symlink_to(outside, target_is_directory=True)
+    (workdir / "ref.jsonl").write_text(json.dumps({"question": "How many legs do three spiders have?",
+                                                   "answer": "24"}) + "\n")
+    (workdir / "train.jsonl").write_text(json.dumps({"messages": [
+        {"role": "user", "content": "Name a colour of the sky at dusk."},
+        {"role": "assistant", "content": "Orange."}]}) + "\n")
+    given = [str(outside / "clean.jsonl"), f"../{outside.name}/clean.jsonl", "escape/clean.jsonl", "clean.jsonl"]
+
+    async def go():
+        async with mcp_client(workdir) as c:
+            return [await c.call_tool("contamination", {"path": "train.jsonl", "reference": "ref.jsonl",
+                                                        "clean_output": g, "record": False}) for g in given]
+
+    *refused, inside = asyncio.run(go())
+    for g, r in zip(given[:-1], refused, strict=True):
+        assert r.is_error and f"clean output {g!r} resolves to {outside / 'clean.jsonl'}, outside the allowed " \
+                              f"roots" in r.content[0].text, (g, r.content)
+    assert list(outside.iterdir()) == []
+    assert not inside.is_error and inside.structured_content["kept_rows"] == 1, inside.content
+    assert (workdir / "clean.jsonl").read_text() == (workdir / "train.jsonl").read_text()
