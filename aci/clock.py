@@ -25,6 +25,8 @@ from aci.state import now
 
 TIMER = "timer.sh"
 LAST_MARGIN = timedelta(minutes=5)  # no job runs into the last minutes: finalize and the harness need them
+# ... or into the second half of a reserve shorter than twice that (a 30-minute budget's 4.5), which would
+# otherwise give a job started in the reserve a stop time before its start
 TIMER_RESOLUTION = timedelta(minutes=1)  # timer.sh prints whole minutes, rounded down
 TIMER_SLACK = timedelta(seconds=5)  # running timer.sh and reading this machine's clock
 TIMER_TIMEOUT_S = 3.0  # timer.sh reads a file and does arithmetic: milliseconds when it works
@@ -107,11 +109,12 @@ class Clock:
 
     def job_stop(self, at: datetime | None = None) -> datetime | None:
         """When a job started at `at` (now) must end: where the final reserve starts. A job started inside
-        the reserve (an evaluation before the last promotion) ends `LAST_MARGIN` before the deadline."""
+        the reserve (an evaluation before the last promotion) ends `LAST_MARGIN` before the deadline, or
+        halfway through a short reserve."""
         if self.deadline is None:
             return None
         start = self.deadline - self.reserve
-        return start if (at or now()) < start else self.deadline - LAST_MARGIN
+        return start if (at or now()) < start else self.deadline - min(LAST_MARGIN, self.reserve / 2)
 
     def in_reserve(self) -> bool:
         left = self.left()

@@ -92,6 +92,10 @@ def start(state: State, kind: str, command: list[str], config: dict, *, cwd: Pat
     job_id = job_id or new_id(kind)
     if stop_at == RUN_CLOCK:
         stop_at = run_stop_time(state, cwd)
+    ends = parse_ts(stop_at) if isinstance(stop_at, str) else stop_at
+    if ends is not None and ends <= now():
+        raise ACIError(f"no time is left for another {kind} job: its stop time {iso(ends)} has passed (no job runs "
+                       f"into the last minutes before the deadline); final_model stays as it is: run aci finalize")
     grace = grace_s if grace_s is not None else DEADLINE_GRACE_S.get(kind, DEFAULT_DEADLINE_GRACE_S)
     folder = job_dir(state, job_id)
     if folder.exists():

@@ -156,6 +156,26 @@ def test_reserve():
     assert clk.in_reserve() and clk.left_for_work() == timedelta(0)
 
 
+def test_a_job_started_in_a_short_reserve_gets_time_and_a_past_stop_is_refused(tmp_path):
+    """A 30-minute budget's reserve (4.5 min) is shorter than the last margin (5 min): an evaluation started
+    in it had a stop time before its start, was killed at once and said nothing. It now runs until halfway
+    through the reserve; a job whose stop time has passed is refused before anything is written."""
+    from aci import jobs
+    from aci.clock import LAST_MARGIN
+    from aci.state import State, now
+
+    deadline = now() + timedelta(minutes=3)
+    short = Clock(deadline, timedelta(minutes=4.5), "test")
+    assert short.in_reserve() and short.job_stop() == deadline - timedelta(minutes=2.25) > now()
+    long = Clock(deadline, timedelta(minutes=45), "test")
+    assert long.job_stop() == deadline - LAST_MARGIN
+    state = State(tmp_path / "state")
+    with pytest.raises(ACIError, match=r"^no time is left for another eval job: its stop time .* has passed"):
+        jobs.start(state, "eval", [sys.executable, "-c", "pass"], {}, cwd=tmp_path, message="late",
+                   stop_at=now() - timedelta(seconds=1))
+    assert not (state.root / "jobs").exists() or not any((state.root / "jobs").iterdir())
+
+
 def _init(wd, **extra):
     from aci import registry
 
