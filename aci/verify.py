@@ -27,6 +27,7 @@ from aci import manifest, runcard
 from aci.context import Context
 from aci.errors import ACIError
 from aci.graders import SPEC_HELP, code_sandbox, grader_for, parse_spec
+from aci.graders.base import GraderTimeout
 from aci.graders.sandbox import record
 
 NOT_FOUND = [
@@ -196,6 +197,8 @@ def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None]
             bad = grader.score(task, *grader.corrupt(task))
             if bad.score > 0:
                 return "corrupt-passes", f"corrupted gold scored {bad.score:.2f}: {bad.reason}", None
+        except GraderTimeout as e:  # rendering the corruption ran past the grader's time limit
+            return "grader-timeout", str(e), None
         except ACIError as e:
             if e.rule:
                 raise

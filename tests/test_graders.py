@@ -515,3 +515,41 @@ def test_grade_uses_the_task_grader_then_the_default():
     with pytest.raises(ValueError):
         Score(score=1.5, reason="x")
     assert json.loads(Score.of(1, "a\n  b").model_dump_json()) == {"score": 1.0, "reason": "a b"}
+
+
+# -- issue 33: every grader has a time limit --------------------------------------------------------------
+REDOS = "(a|aa)+$"
+
+
+@pytest.mark.parametrize("spec", [{"type": "regex", "pattern": REDOS},
+                                  {"type": "regex", "pattern": REDOS, "fullmatch": True},
+                                  {"type": "final-answer", "pattern": f"({REDOS})"}])
+def test_a_runaway_pattern_scores_zero_at_its_time_limit(spec):
+    """`(a|aa)+$` on 40 `a`s and a `!` took about 50 s per call under `re`; now 0 with the limit named."""
+    start = time.monotonic()
+    s = grader_for(spec).score(task(answer="x"), "a" * 40 + "!")
+    assert time.monotonic() - start < 5
+    assert s.score == 0 and "time limit" in s.reason, s
+
+
+def test_the_built_in_patterns_hold_on_long_model_output():
+    """The default final-answer pattern is quadratic on a long line of spaces and the number check was
+    cubic on a long run of digits (20,000 digits and an `x` took 20 s): bounded now, and each such reply
+    scores 0, named."""
+    for spec, reply in [("final-answer", "ANSWER: a" + " " * 200_000 + "b"),
+                        ("final-answer", "ANSWER: " + "1" * 200_000 + "x"),
+                        ("last-number", "1" * 200_000 + "x"), ("choice", ("answer:" + "a" * 50 + "_") * 20_000)]:
+        start = time.monotonic()
+        s = grader_for(spec).score(task(answer="B" if spec == "choice" else "7"), reply)
+        assert time.monotonic() - start < 5, spec
+        assert s.score == 0, (spec, s)
+
+
+@pytest.mark.parametrize("options", [{"timeout": float("inf")}, {"timeout": 1e9}, {"timeout": 0}, {"timeout": "soon"}])
+def test_a_spec_cannot_lift_a_time_limit_or_crash_the_build(options):
+    """A row's unit-tests or judge options: a named error, never no limit (`inf` was an OverflowError,
+    `"soon"` a ValueError out of `verify-task`)."""
+    for kind in ("unit-tests", "judge"):
+        spec = {"type": kind, "endpoint": "http://127.0.0.1:9/v1", "model": "m", **options}
+        with pytest.raises(ACIError, match="timeout must be a number"):
+            grader_for(spec)

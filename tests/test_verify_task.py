@@ -243,3 +243,22 @@ def test_verify_task_through_the_stdio_mcp_server(workdir):
             assert r.structured_content["kept"] == 5 and r.structured_content["reasons"]["missing-gold"] == 3
 
     asyncio.run(go())
+
+
+# -- issue 33: every grader has a time limit --------------------------------------------------------------
+def test_a_runaway_regex_row_is_rejected_at_its_time_limit(workdir):
+    """`(a|aa)+$` against 40 `a`s and a `!` took about 50 s per call; now the gold scores 0 at the time
+    limit. A pattern whose gold matches at once but whose corruption (every match removed) runs away is
+    rejected as grader-timeout, not as missing gold."""
+    import time
+
+    write_jsonl(workdir / "r.jsonl", [
+        t("redos", "qa", {"answer": "a" * 40 + "!"}, {"type": "regex", "pattern": "(a|aa)+$"}),
+        t("redos-corrupt", "qa", {"answer": "x" + "a" * 40 + "!"}, {"type": "regex", "pattern": "^x|(a|aa)+$"}),
+    ])
+    start = time.monotonic()
+    out = call(workdir, tasks="r.jsonl", workers=1)
+    assert time.monotonic() - start < 5
+    assert out.reasons == {"gold-fails": 1, "grader-timeout": 1}, out.examples
+    assert "gold scored 0.00" in out.examples["gold-fails"] and "time limit" in out.examples["gold-fails"]
+    assert "time limit" in out.examples["grader-timeout"]

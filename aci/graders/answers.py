@@ -1,4 +1,7 @@
-"""Graders that read one answer out of free text: final-answer line, last number, choice letter, regex."""
+"""Graders that read one answer out of free text: final-answer line, last number, choice letter, regex.
+
+Every pattern they match, their own and a spec's, is a `Pattern` (`aci.graders.base`): a time limit per match.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import re
 from aci.errors import ACIError
 from aci.graders.base import (
     Grader,
+    Pattern,
     Response,
     Score,
     as_number,
@@ -19,13 +23,6 @@ from aci.graders.base import (
     wrong_answer,
     wrong_number,
 )
-
-
-def _compile(pattern: str, what: str, flags: int = 0) -> re.Pattern:
-    try:
-        return re.compile(pattern, flags)
-    except re.error as e:
-        raise ACIError(f"{what}: invalid regular expression {pattern!r}: {e}") from None
 
 
 class FinalAnswer(Grader):
@@ -42,7 +39,7 @@ class FinalAnswer(Grader):
 
     def __init__(self, spec):
         super().__init__(spec)
-        self.pattern = _compile(self.option("pattern", self.DEFAULT_PATTERN), "final-answer pattern")
+        self.pattern = Pattern(self.option("pattern", self.DEFAULT_PATTERN), "final-answer pattern")
         if self.pattern.groups < 1:
             raise ACIError("final-answer pattern needs a capturing group around the answer")
         self.template = self.option("template", "ANSWER: {answer}")
@@ -51,7 +48,7 @@ class FinalAnswer(Grader):
         self.steps = normaliser(self.option("normalize"))
 
     def extract(self, response: str) -> str | None:
-        matches = list(self.pattern.finditer(response))
+        matches = self.pattern.finditer(response)
         if not matches:
             return None
         m = matches[-1]
@@ -73,7 +70,8 @@ class FinalAnswer(Grader):
         return self.template.replace("{answer}", wrong_answer(gold_answer(task, self.name))), None
 
 
-_LAST_NUMBER = re.compile(r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
+_LAST_NUMBER = Pattern(r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+",
+                       "last-number pattern")
 
 
 class LastNumber(Grader):
@@ -112,8 +110,8 @@ class LastNumber(Grader):
 # uses; checked against inspect_ai 0.3.150, tests/data/inspect_choice_cases.json): the first line that
 # starts `ANSWER:` and holds only letters, digits, spaces and commas up to its end or a period; else the
 # first `answer:` anywhere followed by such a run. The run, stripped, must be one allowed letter.
-_ANSWER_LINE = re.compile(r"^answer\s*:\s*([a-z\d ,]+)\s*(?:$|\.)", re.IGNORECASE | re.MULTILINE)
-_ANSWER_ANYWHERE = re.compile(r"answer\s*:\s*([a-z\d ,]+)(?:\W|$)", re.IGNORECASE)
+_ANSWER_LINE = Pattern(r"^answer\s*:\s*([a-z\d ,]+)\s*(?:$|\.)", "choice pattern", re.IGNORECASE | re.MULTILINE)
+_ANSWER_ANYWHERE = Pattern(r"answer\s*:\s*([a-z\d ,]+)(?:\W|$)", "choice pattern", re.IGNORECASE)
 
 
 class Choice(Grader):
@@ -187,7 +185,7 @@ class Regex(Grader):
         if not isinstance(self.option("pattern"), str):
             raise ACIError(f"regex grader needs a `pattern` option, e.g. {json.dumps(self.minimal_spec)}")
         flags = re.IGNORECASE if self.option("ignorecase") else 0
-        self.pattern = _compile(self.spec["pattern"], "regex grader pattern", flags)
+        self.pattern = Pattern(self.spec["pattern"], "regex grader pattern", flags)
         self.full = bool(self.option("fullmatch"))
 
     def _score(self, task, response, tool_calls):

@@ -7,21 +7,29 @@ needs all three: the gold must score 1 and the corruption 0, or the task (or its
 `score` never raises for anything in the response: a malformed response is a wrong response, scored 0
 with a reason, so a reward function or an evaluation loop cannot crash on model output. A task that
 lacks what the grader needs (no gold answer, no tests) is the caller's data error: `ACIError`.
+
+Every grader has a time limit. A pattern a grader matches runs through `Pattern` (the `regex` package's
+`timeout=`, `PATTERN_SECONDS` per call): a pattern such as `(a|aa)+$` takes exponential time on 40 `a`s and
+a `!` under `re`, and the default final-answer pattern quadratic time on a long line of spaces. Graders
+that run a program or make a request take a `timeout` option, bounded by `time_limit`. A response that
+runs past a limit scores 0, the reason naming the limit.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import regex
 from pydantic import BaseModel, Field
 
 from aci.errors import ACIError
 
 REASON_CHARS = 300
+PATTERN_SECONDS = 1.0  # per match, search or substitution: far beyond a linear pattern on 8 MiB of text
+MAX_SECONDS = 600.0  # the most a spec's `timeout` may ask for: a time limit, not a way to turn it off
 
 
 class Score(BaseModel):
@@ -39,6 +47,59 @@ def short(text: str, limit: int = REASON_CHARS) -> str:
 
 
 Response = tuple[str, list[dict] | None]
+
+
+class GraderTimeout(ACIError):
+    """A grader's work ran past its time limit: inside `Grader.score` a score of 0 with this reason; where gold
+    or its corruption is rendered (`verify-task`), the task's rejection."""
+
+
+class Pattern:
+    """A regular expression matched under `PATTERN_SECONDS` per call (the `regex` package, `re`'s syntax).
+
+    `pattern` and `flags` are the text and the flags it was compiled from, as `re.Pattern` has them, so a
+    caller may build a `re` pattern around the text; every match raises `GraderTimeout` past the limit.
+    """
+
+    def __init__(self, pattern: str, what: str, flags: int = 0):
+        try:
+            self._compiled = regex.compile(pattern, flags)
+        except regex.error as e:
+            raise ACIError(f"{what}: invalid regular expression {pattern!r}: {e}") from None
+        self.pattern, self.flags = pattern, flags
+        self.groups, self.groupindex = self._compiled.groups, self._compiled.groupindex
+
+    def _timed(self, text: str, run: Callable[..., Any]) -> Any:
+        try:
+            return run(timeout=PATTERN_SECONDS)
+        except TimeoutError:
+            raise GraderTimeout(f"the pattern /{short(self.pattern, 60)}/ ran past its {PATTERN_SECONDS:g} s time "
+                                f"limit on a text of {len(text):,} characters") from None
+
+    def search(self, text: str):
+        return self._timed(text, lambda **t: self._compiled.search(text, **t))
+
+    def fullmatch(self, text: str):
+        return self._timed(text, lambda **t: self._compiled.fullmatch(text, **t))
+
+    def finditer(self, text: str) -> list:
+        """Every match, found whole under one time limit (an iterator would run past it unseen)."""
+        return self._timed(text, lambda **t: list(self._compiled.finditer(text, **t)))
+
+    def findall(self, text: str) -> list:
+        return self._timed(text, lambda **t: self._compiled.findall(text, **t))
+
+    def sub(self, replacement: str, text: str) -> str:
+        return self._timed(text, lambda **t: self._compiled.sub(replacement, text, **t))
+
+
+def time_limit(spec: dict[str, Any], default: float, what: str) -> float:
+    """A spec's `timeout` (seconds), refused where it is not a number in (0, MAX_SECONDS]: a task row may set
+    it, and `inf` or `1e9` would be no limit at all."""
+    value = spec.get("timeout", default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS:
+        raise ACIError(f"{what}: timeout must be a number of seconds in (0, {MAX_SECONDS:g}], got {value!r}")
+    return float(value)
 
 
 class Grader:
@@ -74,6 +135,8 @@ class Grader:
             return Score.of(0, f"response is {type(response).__name__}, not text")
         try:
             return self._score(task, response, tool_calls)
+        except GraderTimeout as e:  # before ACIError: a response that takes too long is a wrong response
+            return Score.of(0, f"{self.name}: {e}")
         except ACIError:
             raise
         except Exception as e:  # a response the grader cannot read is a wrong response
@@ -110,7 +173,10 @@ def gold_answer(task: dict, grader: str) -> str:
 # -- normalisation ------------------------------------------------------------------------------------
 NORMALISE_STEPS = ("strip", "lower", "commas", "dollar", "period", "spaces", "numeric")
 DEFAULT_NORMALISE = ("strip", "lower", "commas", "dollar", "period", "spaces", "numeric")
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+# `\d+(?:\.\d*)?`, not `\d+\.?\d*`: the same numbers, without the split between two runs of digits that took
+# 20 s to refuse 20,000 digits and an `x`
+_NUMBER = Pattern(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?", "number pattern")
+_INTEGER = Pattern(r"[-+]?\d+", "integer pattern")
 
 
 def normaliser(steps: Any) -> tuple[str, ...]:
@@ -171,7 +237,7 @@ def wrong_number(text: str) -> str | None:
     value = as_number(clean)
     if value is None:
         return None
-    if re.fullmatch(r"[-+]?\d+", clean):
+    if _INTEGER.fullmatch(clean):
         return str(int(clean) + 1)
     decimals = len(clean.split(".")[1]) if "." in clean and "e" not in clean.lower() else 0
     return f"{value + 1:.{decimals}f}" if decimals else repr(value + 1)

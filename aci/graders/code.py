@@ -27,7 +27,7 @@ from functools import cache
 from pathlib import Path
 
 from aci.errors import ACIError
-from aci.graders.base import REASON_CHARS, Grader, Response, Score, gold, gold_answer, short
+from aci.graders.base import REASON_CHARS, Grader, Response, Score, gold, gold_answer, short, time_limit
 from aci.graders.sandbox import BWRAP_ENV, Sandbox, candidates
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.S | re.I)
@@ -80,11 +80,11 @@ class UnitTests(Grader):
         super().__init__(spec)
         self.unsafe_grader = unsafe_grader
         admit(unsafe_grader)
-        self.timeout = float(self.option("timeout", 10))
+        self.timeout = time_limit(spec, 10, "unit-tests grader")
         self.memory_mb = int(self.option("memory_mb", 1024))
         self.max_processes = int(self.option("max_processes", MAX_PROCESSES))
-        if self.timeout <= 0 or self.memory_mb < 0 or self.max_processes < 1:
-            raise ACIError("unit-tests grader: timeout must be > 0, memory_mb >= 0 and max_processes >= 1")
+        if self.memory_mb < 0 or self.max_processes < 1:
+            raise ACIError("unit-tests grader: memory_mb must be >= 0 and max_processes >= 1")
 
     def _tests(self, task) -> str:
         tests = gold(task).get("tests")

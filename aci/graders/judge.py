@@ -18,7 +18,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from aci.errors import ACIError
-from aci.graders.base import Grader, Score, gold, short
+from aci.graders.base import Grader, Score, gold, short, time_limit
 from aci.graders.external import as_score
 
 DEFAULT_RUBRIC = ("Score 1 if the response fully and correctly answers the task (consistent with the reference "
@@ -102,7 +102,7 @@ class Judge(Grader):
         self.model = model
         self.rubric = str(spec.get("rubric") or DEFAULT_RUBRIC)
         self.scale = float(spec.get("scale", 1))
-        self.timeout = float(spec.get("timeout", 60))
+        self.timeout = time_limit(spec, 60, "judge grader")
         self.max_tokens = int(spec.get("max_tokens", 512))
         key_env = spec.get("api_key_env")
         self.api_key = os.environ.get(key_env) if isinstance(key_env, str) else None
