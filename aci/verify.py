@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aci import manifest, runcard
 from aci.context import Context
 from aci.errors import ACIError
-from aci.graders import SPEC_HELP, code_sandbox, grader_for, parse_spec
+from aci.graders import SPEC_HELP, code_sandbox, grader_for, parse_spec, task_spec
 from aci.graders.base import GraderTimeout
 from aci.graders.sandbox import record
 
@@ -180,7 +180,10 @@ def method_b(inp: VerifyRequest, ctx: Context, check_host: Callable[[str], None]
     default = parse_spec(spec_text) if spec_text else None
 
     def check(task: dict) -> Verdict:
-        spec = task.get("grader") or default
+        try:
+            spec = task_spec(task, default)
+        except ACIError as e:  # a row naming a grader that runs a program: refused, never built
+            return "grader-not-allowed", str(e), None
         if spec is None:
             return "no-grader", ("task names no grader, no --grader was given and the benchmark card records "
                                  "neither a grader nor an answer format"), None
@@ -382,7 +385,10 @@ def verify(inp: VerifyRequest, ctx: Context) -> VerifyReport:
     def run(item: tuple[int, dict, dict]) -> tuple[int, dict, dict, Verdict]:
         line, row, task = item
         if inp.method == "B":
-            spec = task.get("grader") or grader
+            try:
+                spec = task_spec(task, grader)
+            except ACIError:
+                spec = None  # refused: `check` says why, and nothing of it runs
             specs.setdefault(json.dumps(spec, sort_keys=True), spec)
         return line, row, task, check(task)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import textwrap
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aci import rules
+from aci import graders, rules
 from aci.errors import ACIError
 from aci.graders import GRADERS, NAMES, SPEC_HELP, Score, grade, grader_for, parse_spec
 from aci.graders.answers import Choice
@@ -56,10 +57,10 @@ SAMPLES = {
 
 @pytest.fixture(autouse=True)
 def fixtures_module(tmp_path, monkeypatch):
-    """A grader module importable as `aci_grader_fixtures`, as an agent's own grader module would be."""
-    folder = tmp_path / "pkg"
-    folder.mkdir()
-    (folder / "aci_grader_fixtures.py").write_text(textwrap.dedent("""
+    """A grader module `aci_grader_fixtures` in the workdir (the current directory), as an agent's own grader
+    module would be: a python grader finds it there and runs it in the sandbox."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "aci_grader_fixtures.py").write_text(textwrap.dedent("""
         def contains_gold(task, response):
             return 1.0 if task["gold"]["answer"] in response else 0.0
 
@@ -81,9 +82,9 @@ def fixtures_module(tmp_path, monkeypatch):
         def as_dict(task, response):
             return {"score": 0.25, "reason": "quarter"}
     """))
-    monkeypatch.syspath_prepend(str(folder))
     yield
-    sys.modules.pop("aci_grader_fixtures", None)
+    graders._CACHE.clear()  # the python graders' workers end with their graders
+    gc.collect()
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
@@ -383,14 +384,15 @@ def test_python_function_results_and_failures(tmp_path):
     t = task(answer="blue")
     assert grade(t, "it is blue", default="python:aci_grader_fixtures:contains_gold").score == 1
     quarter = grade(t, "x", default="python:aci_grader_fixtures:as_dict")
-    assert quarter == Score(score=0.25, reason="quarter")
+    assert quarter.score == 0.25 and quarter.reason.startswith("quarter")
     for fn, why in [("out_of_range", "outside [0, 1]"), ("not_a_number", "not a score"), ("raises", "grader bug")]:
         s = grade(t, "x", default=f"python:aci_grader_fixtures:{fn}")
         assert s.score == 0 and why in s.reason, s
     (tmp_path / "my_grader.py").write_text("def score(task, response):\n    return (0.5, 'half')\n")
-    assert grader_for("python:my_grader.py:score", workdir=tmp_path).score(t, "x") == Score(score=0.5, reason="half")
+    half = grader_for("python:my_grader.py:score", workdir=tmp_path).score(t, "x")
+    assert half.score == 0.5 and half.reason.startswith("half")
     assert grader_for({"type": "python", "function": "my_grader:score"}, workdir=tmp_path).score(t, "x").score == 0.5
-    with pytest.raises(ACIError, match="cannot import"):
+    with pytest.raises(ACIError, match="could not be loaded: ModuleNotFoundError"):
         grader_for("python:no_such_module_here:fn")
     with pytest.raises(ACIError, match="no function 'nope'"):
         grader_for("python:aci_grader_fixtures:nope")
@@ -404,8 +406,9 @@ def test_command_results_and_failures(tmp_path):
     script = tmp_path / "grade.py"
     script.write_text(GREP)
     g = grader_for({"type": "command", "command": f"{sys.executable} grade.py"}, workdir=tmp_path)
-    assert g.score(t, "a needle here") == Score(score=1, reason="found")
-    assert g.score(t, "hay") == Score(score=0, reason="missing")
+    found, missing = g.score(t, "a needle here"), g.score(t, "hay")
+    assert (found.score, missing.score) == (1, 0) and found.reason.startswith("found")
+    assert missing.reason.startswith("missing")
 
     def run(code: str, **opts) -> Score:
         return grader_for({"type": "command", "command": [sys.executable, "-c", code], **opts}).score(t, "r")
@@ -517,7 +520,99 @@ def test_grade_uses_the_task_grader_then_the_default():
     assert json.loads(Score.of(1, "a\n  b").model_dump_json()) == {"score": 1.0, "reason": "a b"}
 
 
-# -- issue 33: every grader has a time limit --------------------------------------------------------------
+# -- issue 33: graders named by data rows are data; every grader has a time limit --------------------------
+def test_a_task_row_may_name_only_graders_that_run_no_program(tmp_path):
+    """`grade` (rollouts, GRPO rewards, dev-set evaluation) refuses a row's own `command` or `python:` grader
+    before building it: the command does not run, the module is not imported. The list a row may name is
+    the registry's (`Grader.from_rows`), and the same programs given by the caller still grade."""
+    touched = tmp_path / "touched"
+    imported = tmp_path / "imported"
+    module = tmp_path / "evil.py"
+    module.write_text(f"open({str(imported)!r}, 'w').write('x')\ndef f(task, response):\n    return 1.0\n")
+    rows = {"command": {"type": "command", "command": ["touch", str(touched)]},
+            "python": f"python:{module}:f", "python-object": {"type": "python", "function": "evil:f"}}
+    for kind, spec in rows.items():
+        row = {**task(answer="x"), "id": f"row-{kind}", "grader": spec}
+        with pytest.raises(ACIError, match=f"task 'row-{kind}' names the grader '{kind.split('-')[0]}', which runs "
+                                           f"a program; a task row may name only"):
+            grade(row, "x", workdir=tmp_path)
+    assert not touched.exists() and not imported.exists()
+    assert graders.ROW_GRADERS == tuple(n for n, g in GRADERS.items() if g.from_rows)
+    assert {"final-answer", "regex", "tool-call", "unit-tests"} <= set(graders.ROW_GRADERS)
+    assert not {"python", "command"} & set(graders.ROW_GRADERS)
+    # given by the caller (--grader, the run card), a command grades, in the sandbox
+    caller = {"type": "command", "command": [sys.executable, "-c", "print(1)"]}
+    assert grade(task(answer="x"), "x", default=caller, workdir=tmp_path).score == 1
+
+
+def test_grader_programs_run_in_the_sandbox_and_see_only_their_files(workdir):
+    """A python grader runs in a sandboxed worker (not in this process), as a non-root uid where we are root,
+    without network, seeing of the workdir only its own module; what it prints cannot forge a score."""
+    import os
+
+    from aci.graders.code import sandbox
+
+    (workdir / "secret.txt").write_text("s3cret")
+    (workdir / "spy.py").write_text(textwrap.dedent("""
+        import os, socket
+        def f(task, response):
+            print('{"value": 1}')  # a forged reply on stdout
+            try:
+                socket.create_connection(("127.0.0.1", 9), timeout=1)
+                net = "reached"
+            except OSError as e:
+                net = type(e).__name__
+            return 0.0, f"uid={os.getuid()} files={sorted(os.listdir('.'))} net={net}"
+    """))
+    s = grade(task(answer="x"), "r", default="python:spy:f", workdir=workdir)
+    assert s.score == 0, s
+    assert "aci_grader_fixtures" not in sys.modules and "spy" not in sys.modules  # never imported here
+    assert "'spy.py'" in s.reason and "secret.txt" not in s.reason and "net=reached" not in s.reason, s
+    if os.geteuid() == 0:
+        assert "uid=0 " not in s.reason, s
+    box = sandbox()
+    assert (box.note in s.reason) if box.note else "sandbox:" not in s.reason
+
+
+def test_a_python_grader_worker_outlives_no_time_limit_and_follows_edits(workdir):
+    """Each call has the time limit; a call past it kills the worker and the next call starts a fresh one;
+    an edit to the module counts at the next score; a module outside the allowed roots is refused."""
+    import os
+
+    (workdir / "g.py").write_text("import time\ndef f(task, response):\n    if response == 'slow':\n"
+                                  "        time.sleep(60)\n    return 1.0, 'first'\n")
+    g = grader_for({"type": "python", "function": "g.py:f", "timeout": 1}, workdir=workdir)
+    assert g.score(task(), "r").reason.startswith("first")
+    again = grader_for({"type": "python", "function": "g.py:f", "timeout": 1}, workdir=workdir,
+                       check_host=lambda host: None)  # the rollout passes a new check per score
+    assert again is g  # the same worker, not a sandbox start per score
+    start = time.monotonic()
+    slow = g.score(task(), "slow")
+    assert slow.score == 0 and "timed out after 1 s (its time limit)" in slow.reason
+    assert time.monotonic() - start < 5
+    assert g.score(task(), "r").score == 1
+    (workdir / "g.py").write_text("def f(task, response):\n    return 0.5, 'edited'\n")
+    assert g.score(task(), "r").reason.startswith("edited")
+    outside = Path(os.path.realpath(workdir)).parent / f"{workdir.name}-outside.py"
+    outside.write_text("def f(task, response):\n    return 1.0\n")
+    try:
+        (workdir / "link.py").symlink_to(outside)
+        for spec in ("python:link.py:f", {"type": "command", "command": [sys.executable, "link.py"]}):
+            with pytest.raises(ACIError, match="outside the allowed roots"):
+                grader_for(spec, workdir=workdir)
+    finally:
+        outside.unlink()
+
+
+def test_a_command_grader_sees_only_the_files_it_names(workdir):
+    (workdir / "secret.txt").write_text("s3cret")
+    (workdir / "ls.py").write_text("import os\nprint(0, file=open(os.devnull, 'w'))\n"
+                                   "import json\nprint(json.dumps({'score': 0, 'reason': str(sorted(os.listdir('.')))}))\n")
+    s = grade(task(answer="x"), "r", default={"type": "command", "command": f"{sys.executable} ls.py"},
+              workdir=workdir)
+    assert "'ls.py'" in s.reason and "secret.txt" not in s.reason, s
+
+
 REDOS = "(a|aa)+$"
 
 
@@ -545,11 +640,13 @@ def test_the_built_in_patterns_hold_on_long_model_output():
         assert s.score == 0, (spec, s)
 
 
-@pytest.mark.parametrize("options", [{"timeout": float("inf")}, {"timeout": 1e9}, {"timeout": 0}, {"timeout": "soon"}])
+@pytest.mark.parametrize("options", [{"timeout": float("inf")}, {"timeout": 1e9}, {"timeout": 0}, {"timeout": "soon"},
+                                     {"memory_mb": "lots"}])
 def test_a_spec_cannot_lift_a_time_limit_or_crash_the_build(options):
-    """A row's unit-tests or judge options: a named error, never no limit (`inf` was an OverflowError,
-    `"soon"` a ValueError out of `verify-task`)."""
-    for kind in ("unit-tests", "judge"):
-        spec = {"type": kind, "endpoint": "http://127.0.0.1:9/v1", "model": "m", **options}
-        with pytest.raises(ACIError, match="timeout must be a number"):
+    """A row's unit-tests or judge options, or the caller's program grader's: a named error, never no limit
+    (`inf` was an OverflowError, `"soon"` a ValueError out of `verify-task`)."""
+    for kind in ("unit-tests", "command", "python", *(["judge"] if "timeout" in options else [])):
+        spec = {"type": kind, "endpoint": "http://127.0.0.1:9/v1", "model": "m", "command": "true",
+                "function": "aci_grader_fixtures:contains_gold", **options}
+        with pytest.raises(ACIError, match="timeout must be a number|memory_mb|not of the kind"):
             grader_for(spec)

@@ -245,7 +245,57 @@ def test_verify_task_through_the_stdio_mcp_server(workdir):
     asyncio.run(go())
 
 
-# -- issue 33: every grader has a time limit --------------------------------------------------------------
+# -- issue 33: graders named by data rows are data; every grader has a time limit --------------------------
+def test_a_data_row_cannot_run_a_program_through_verify_task(workdir, tmp_path_factory):
+    """A downloaded data file whose rows name a `command` or `python:` grader, given to verify-task through the
+    CLI and the MCP server: each such row is rejected with its reason, the command never runs and no module is
+    imported; the sound row is kept, and the same kind of grader given as --grader still grades."""
+    import uuid
+
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    touched = Path("/tmp") / f"aci-issue33-{uuid.uuid4().hex}"
+    markers = [elsewhere / "imported", workdir / "imported"]
+    (elsewhere / "evil.py").write_text(f"open({str(markers[0])!r}, 'w').write('x')\n"
+                                       "def f(task, response):\n    return 1.0\n")
+    (workdir / "evil_mod.py").write_text(f"open({str(markers[1])!r}, 'w').write('x')\n"
+                                         "def f(task, response):\n    return 1.0\n")
+    (workdir / "check.py").write_text("def check(task, response):\n    return float(response.strip() == '42')\n")
+    write_jsonl(workdir / "downloaded.jsonl", [
+        t("cmd", "qa", {"answer": "42"}, {"type": "command", "command": ["touch", str(touched)]}),
+        t("py-path", "qa", {"answer": "42"}, f"python:{elsewhere / 'evil.py'}:f"),
+        t("py-module", "qa", {"answer": "42"}, {"type": "python", "function": "evil_mod:f"}),
+        t("sound", "qa", {"answer": "42"}, "final-answer"),
+    ])
+    try:
+        proc = subprocess.run([sys.executable, "-m", "aci.cli", "--json", "verify-task", "--tasks", "downloaded.jsonl"],
+                              cwd=workdir, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        via_cli = json.loads(proc.stdout)
+
+        async def go():
+            async with mcp_client(workdir) as c:
+                r = await c.call_tool("verify-task", {"tasks": "downloaded.jsonl", "kept": "mcp.kept.jsonl",
+                                                      "rejected": "mcp.rejected.jsonl"})
+                assert not r.is_error, r.content
+                return r.structured_content
+
+        for out in (via_cli, asyncio.run(go())):
+            assert (out["kept"], out["reasons"]) == (1, {"grader-not-allowed": 3}), out
+            example = out["examples"]["grader-not-allowed"]
+            assert example.startswith("cmd (line 1): task 'cmd' names the grader 'command', which runs a program")
+        rejected = {r["id"]: r["_rejected_reason"] for r in rows_of(workdir / "downloaded.rejected.jsonl")}
+        assert set(rejected) == {"cmd", "py-path", "py-module"}
+        assert all(why.startswith("grader-not-allowed: ") and "a task row may name only" in why
+                   for why in rejected.values())
+        assert not touched.exists() and not any(m.exists() for m in markers)
+        # the agent's own program grader, given as --grader for rows that name none, grades (in the sandbox)
+        write_jsonl(workdir / "mine.jsonl", [t("mine", "qa", {"answer": "42"})])
+        out = call(workdir, tasks="mine.jsonl", grader="python:check.py:check")
+        assert out.kept == 1, out.examples
+    finally:
+        touched.unlink(missing_ok=True)
+
+
 def test_a_runaway_regex_row_is_rejected_at_its_time_limit(workdir):
     """`(a|aa)+$` against 40 `a`s and a `!` took about 50 s per call; now the gold scores 0 at the time
     limit. A pattern whose gold matches at once but whose corruption (every match removed) runs away is

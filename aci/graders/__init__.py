@@ -16,7 +16,11 @@ reward functions and dev-set evaluation. A spec is a name or `{"type": name, ...
 | `judge` | an LLM judge with a rubric returns 1 | as final answer |
 
 `GRADERS` is the one list of them: every name, help text and check elsewhere is derived from it and from
-the classes' attributes (`Grader.written`, `inline`, `minimal_spec`).
+the classes' attributes (`Grader.written`, `inline`, `minimal_spec`, `from_rows`, `sandboxed`).
+
+A task row's own `grader` is data, often downloaded: it may name only the graders of `ROW_GRADERS`
+(`task_spec`); `python:` and `command` run programs, so they come only from the caller (--grader, the run
+card's grader), and even then run in the unit-tests sandbox with a time limit (`aci.graders.program`).
 """
 
 from __future__ import annotations
@@ -36,11 +40,12 @@ from aci.graders.sandbox import Sandbox
 from aci.graders.toolcall import ToolCall
 
 __all__ = ["Grader", "Score", "grader_for", "grade", "parse_spec", "check_spec", "code_sandbox", "runs_inline",
-           "GRADERS", "NAMES", "SPEC_HELP"]
+           "task_spec", "GRADERS", "NAMES", "ROW_GRADERS", "SPEC_HELP"]
 
 GRADERS: dict[str, type[Grader]] = {g.name: g for g in (
     FinalAnswer, LastNumber, Choice, UnitTests, ToolCall, Regex, PythonFunction, Command, Judge)}
 NAMES = tuple(g.written or g.name for g in GRADERS.values())  # as a spec string writes each
+ROW_GRADERS = tuple(g.name for g in GRADERS.values() if g.from_rows)  # what a task row may name
 
 
 def _and(words: list[str]) -> str:
@@ -85,13 +90,34 @@ def check_spec(spec: str | dict) -> dict[str, Any]:
     return spec
 
 
+def task_spec(task: dict, default: str | dict | None = None) -> str | dict | None:
+    """The spec `task` is graded by: its own `grader`, else `default` (the caller's), else None.
+
+    The task's own is refused (ACIError naming the task and why) where it names a grader that runs a program
+    (`Grader.from_rows` False): a row of a downloaded dataset must not run code on this machine. A spec that
+    does not parse is returned as it is, for the grading to report."""
+    own = task.get("grader")
+    if not own:
+        return default
+    try:
+        kind = parse_spec(own)["type"]
+    except ACIError:
+        return own
+    if kind in GRADERS and not GRADERS[kind].from_rows:
+        raise ACIError(f"task {task.get('id')!r} names the grader {kind!r}, which runs a program; a task row may "
+                       f"name only {', '.join(ROW_GRADERS)}, so that a dataset cannot run code here. Drop the row's "
+                       f"grader and pass it as --grader (or the run card's grader) if it is yours")
+    return own
+
+
 def code_sandbox(specs: Iterable[str | dict | None], *, unsafe_grader: bool) -> Sandbox | None:
-    """The sandbox model code will run in when any of these grader specs runs it (`unit-tests`), else None.
-    Where that sandbox would leave the code root's powers and `unsafe_grader` is False: the `sandbox` rule's
-    refusal, before anything runs. A spec that does not parse is left to the grading to report."""
+    """The sandbox code will run in when any of these grader specs runs some (`Grader.sandboxed`: unit-tests,
+    python, command), else None. Where that sandbox would leave the code root's powers and `unsafe_grader` is
+    False: the `sandbox` rule's refusal, before anything runs. A spec that does not parse is left to the
+    grading to report."""
     for spec in specs:
         try:
-            runs_code = spec is not None and parse_spec(spec)["type"] == UnitTests.name
+            runs_code = spec is not None and getattr(GRADERS.get(parse_spec(spec)["type"]), "sandboxed", False)
         except ACIError:
             continue
         if runs_code:
@@ -121,11 +147,18 @@ def grader_for(spec: str | dict, *, workdir: Path | None = None,
     there is the `sandbox` rule's refusal.
     """
     spec = check_spec(spec)
-    key = (json.dumps(spec, sort_keys=True, default=str), str(workdir), check_host, unsafe_grader)
+    # `check_host` matters to a judge only: a caller that passes a new function per call (the rollout's) must
+    # still get the same python grader, whose worker stays up between scores
+    key = (json.dumps(spec, sort_keys=True, default=str), str(workdir),
+           check_host if spec["type"] == Judge.name else None, unsafe_grader)
     found = _CACHE.get(key)
     if found is not None:
         return found
-    grader = GRADERS[spec["type"]].build(spec, workdir=workdir, check_host=check_host, unsafe_grader=unsafe_grader)
+    try:
+        grader = GRADERS[spec["type"]].build(spec, workdir=workdir, check_host=check_host,
+                                             unsafe_grader=unsafe_grader)
+    except (TypeError, ValueError) as e:  # an option of the wrong kind (`"memory_mb": "lots"`), often from a row
+        raise ACIError(f"grader {spec['type']}: an option is not of the kind it needs ({e})") from None
     if len(_CACHE) >= 64:
         _CACHE.clear()
     _CACHE[key] = grader
@@ -135,8 +168,8 @@ def grader_for(spec: str | dict, *, workdir: Path | None = None,
 def grade(task: dict, response: str, tool_calls: list[dict] | None = None, default: str | dict | None = None,
           *, workdir: Path | None = None, check_host: Callable[[str], None] | None = None,
           unsafe_grader: bool = False) -> Score:
-    """Score `response` to `task` with the task's own grader, else `default`."""
-    spec = task.get("grader") or default
+    """Score `response` to `task` with the task's own grader, else `default` (`task_spec`)."""
+    spec = task_spec(task, default)
     if spec is None:
         raise ACIError(f"task {task.get('id')!r} names no grader and no default was given")
     return grader_for(spec, workdir=workdir, check_host=check_host, unsafe_grader=unsafe_grader).score(

@@ -35,6 +35,7 @@ class FinalAnswer(Grader):
 
     name = "final-answer"
     inline = True
+    from_rows = True
     DEFAULT_PATTERN = r"(?im)^[ \t]*\**ANSWER\**[ \t]*:[ \t]*(.*?)[ \t]*$"
 
     def __init__(self, spec):
@@ -79,6 +80,7 @@ class LastNumber(Grader):
 
     name = "last-number"
     inline = True
+    from_rows = True
 
     def _want(self, task) -> float:
         want = as_number(normalise(gold_answer(task, self.name), ("strip", "commas", "dollar", "period")))
@@ -125,6 +127,7 @@ class Choice(Grader):
 
     name = "choice"
     inline = True
+    from_rows = True
 
     def _letters(self, task) -> str:
         letters = str(self.option("letters", "ABCD")).upper()
@@ -178,6 +181,7 @@ class Regex(Grader):
 
     name = "regex"
     inline = True
+    from_rows = True
     minimal_spec = {"type": "regex", "pattern": r"\b42\b"}
 
     def __init__(self, spec):

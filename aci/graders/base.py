@@ -120,6 +120,13 @@ class Grader:
     # The smallest spec, with the options the grader cannot do without, where its name (as `written`)
     # alone is refused; None where it alone is a spec.
     minimal_spec: dict[str, Any] | None = None
+    # True where a task row may name it. A row is data, often downloaded: only graders that read the response,
+    # run the row's own code in the sandbox (unit-tests) or ask a judge the rules let it reach may be named
+    # there. False, the default for a new grader, leaves it to the caller (--grader, the run card's grader).
+    from_rows = False
+    # True where scoring runs a program (the response's code, or the grader's own) in the sandbox of
+    # `aci.graders.sandbox`: a caller says where that sandbox falls short (`aci.graders.code_sandbox`).
+    sandboxed = False
 
     def __init__(self, spec: dict[str, Any]):
         self.spec = spec

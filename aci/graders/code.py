@@ -17,12 +17,13 @@ import ast
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -33,6 +34,8 @@ from aci.graders.sandbox import BWRAP_ENV, Sandbox, candidates
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.S | re.I)
 HARNESS = Path(__file__).with_name("harness.py")
 HARNESS_NAME = "aci_harness.py"  # its copy in the work folder (the sandbox shows nothing of the package)
+HARNESS_FILES = ("solution.py", "tests.py", HARNESS_NAME)  # the names it needs in the work folder
+Files = dict[str, tuple[bytes, int]]  # more files for the work folder: relative path -> (content, mode)
 OUTPUT_MB = 16  # per file the code writes, stdout and stderr included
 MAX_PROCESSES = 64
 PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -71,6 +74,8 @@ class UnitTests(Grader):
     """
 
     name = "unit-tests"
+    from_rows = True  # the row's code runs only in the sandbox
+    sandboxed = True
 
     @classmethod
     def build(cls, spec, *, workdir, check_host, unsafe_grader):
@@ -169,7 +174,11 @@ def run_tests(code: str, tests: str, timeout: float, memory_mb: int, max_process
     """Run `code` then `tests` in the harness; 1 only when the harness proves the last test returned. A sandbox
     short of the full one is named at the end of the reason."""
     box = admit(unsafe_grader)
-    score, _, _ = _run(box, code, tests, timeout, memory_mb, max_processes)
+    return noted(_run(box, code, tests, timeout, memory_mb, max_processes)[0], box)
+
+
+def noted(score: Score, box: Sandbox) -> Score:
+    """`score` with what `box` lacks at the end of its reason (unchanged in the full sandbox)."""
     if not box.note:
         return score
     return Score.of(score.score, f"{short(score.reason, REASON_CHARS - len(box.note) - 2)}; {box.note}")
@@ -180,65 +189,120 @@ def _harness_source() -> bytes:
     return HARNESS.read_bytes()
 
 
-def _run(box: Sandbox, code: str, tests: str, timeout: float, memory_mb: int,
-         max_processes: int) -> tuple[Score, bytes, str]:
-    """(score, what the harness said on its pipe, the tail of stderr) of one run in `box`."""
-    token = secrets.token_hex(16).encode()
-    with tempfile.TemporaryDirectory(prefix="aci-grade-") as tmp:
-        folder = Path(tmp)
+@dataclass(frozen=True)
+class Ran:
+    """What one harness run did: its exit status (None: killed at the time limit), whether the harness proved
+    that the last test returned, what it said on its pipe, the tails of its output, and how long it took."""
+
+    rc: int | None
+    proven: bool
+    said: bytes
+    stdout: str
+    stderr: str
+    elapsed: float
+
+
+def work_folder(box: Sandbox, code: str, tests: str, files: Files | None = None) -> Path:
+    """A fresh folder whose `work/` holds the harness, `code` as solution.py, `tests` as tests.py and `files`,
+    handed to the sandbox's uid; the caller removes it (`shutil.rmtree`)."""
+    folder = Path(tempfile.mkdtemp(prefix="aci-grade-"))
+    try:
         work = folder / "work"  # the only folder the code may write (the sandbox's /tmp); its output stays outside
         work.mkdir()
+        for rel, (data, mode) in (files or {}).items():
+            path = work / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            path.chmod(mode)
         (work / "solution.py").write_text(code, encoding="utf-8")
         (work / "tests.py").write_text(tests, encoding="utf-8")
         (work / HARNESS_NAME).write_bytes(_harness_source())
         if box.uid != os.geteuid():  # root hands the work folder to the sandbox's uid, which may pass through tmp
             os.chown(work, box.uid, box.uid)
             folder.chmod(0o711)
-        cpu = max(1, int(timeout) + 1)
-        env = {"PATH": PATH, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "HOME": box.home(work)}
-        token_r, token_w = os.pipe()
-        done_r, done_w = os.pipe()
-        open_fds = {token_r, token_w, done_r, done_w}
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
 
-        def close(fd: int) -> None:
-            if fd in open_fds:
-                open_fds.discard(fd)
-                os.close(fd)
 
-        args = [str(token_r), str(done_w), str(memory_mb << 20), str(cpu), str(OUTPUT_MB << 20),
-                str(_process_budget(box.uid, max_processes)), str(int(box.isolate))]
-        command = box.command(work, [sys.executable, "-I", HARNESS_NAME, *args])
-        start = time.monotonic()
-        try:
-            os.write(token_w, token)
-            close(token_w)
-            with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
-                proc = subprocess.Popen(
-                    command, cwd=work, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                    start_new_session=True, pass_fds=(token_r, done_w),
-                )
-                close(token_r)
-                close(done_w)
+def start(box: Sandbox, folder: Path, *, memory_mb: int, cpu_s: int, max_processes: int, stdin, stdout,
+          stderr) -> tuple[subprocess.Popen, bytes, int]:
+    """Start the harness of `work_folder`'s `folder` in `box`: (the process, its token, the read end of the pipe
+    it proves the tests on), which the caller closes."""
+    work = folder / "work"
+    token = secrets.token_hex(16).encode()
+    env = {"PATH": PATH, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "HOME": box.home(work)}
+    token_r, token_w = os.pipe()
+    done_r, done_w = os.pipe()
+    try:
+        os.write(token_w, token)
+    finally:
+        os.close(token_w)
+    args = [str(token_r), str(done_w), str(memory_mb << 20), str(cpu_s), str(OUTPUT_MB << 20),
+            str(_process_budget(box.uid, max_processes)), str(int(box.isolate))]
+    try:
+        proc = subprocess.Popen(box.command(work, [sys.executable, "-I", HARNESS_NAME, *args]), cwd=work,
+                                stdin=stdin, stdout=stdout, stderr=stderr, env=env, start_new_session=True,
+                                pass_fds=(token_r, done_w))
+    except BaseException:
+        os.close(done_r)
+        raise
+    finally:
+        os.close(token_r)
+        os.close(done_w)
+    return proc, token, done_r
+
+
+def tail_of(path: Path, size: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - size))
+        return f.read().decode("utf-8", "replace").strip()
+
+
+def run_harness(box: Sandbox, code: str, tests: str, timeout: float, memory_mb: int, max_processes: int, *,
+                files: Files | None = None, stdin: bytes | None = None) -> Ran:
+    """One run of the harness in `box`, killed with everything it started at `timeout` seconds; `stdin`, where
+    given, is what it reads (else nothing)."""
+    folder = work_folder(box, code, tests, files)
+    try:
+        if stdin is not None:
+            (folder / "stdin").write_bytes(stdin)
+        with open(folder / "stdin", "rb") if stdin is not None else open(os.devnull, "rb") as inp, \
+                open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
+            began = time.monotonic()
+            proc, token, done_r = start(box, folder, memory_mb=memory_mb, cpu_s=max(1, int(timeout) + 1),
+                                        max_processes=max_processes, stdin=inp, stdout=out, stderr=err)
+            try:
                 try:
                     rc = proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
-                    return Score.of(0, f"timeout: killed after {timeout:g} s time limit"), b"", ""
+                    rc = None
                 finally:
-                    _kill_group(proc)  # children it left behind (the PID namespace takes the rest)
-            os.set_blocking(done_r, False)
-            try:
-                said = os.read(done_r, 4096)
-            except BlockingIOError:
-                said = b""
-        finally:
-            for fd in list(open_fds):
-                close(fd)
-        elapsed = time.monotonic() - start
-        tail = (folder / "stderr").read_bytes()[-4000:].decode("utf-8", "replace").strip()
-    proven = token + b" done" in said.splitlines()
-    if rc == 0 and proven:
-        return Score.of(1, f"tests passed in {elapsed:.2f} s"), said, tail
-    return Score.of(0, _failure(rc, tail, timeout, elapsed, memory_mb)), said, tail
+                    kill_group(proc)  # children it left behind (the PID namespace takes the rest)
+                os.set_blocking(done_r, False)
+                try:
+                    said = os.read(done_r, 4096) if rc is not None else b""
+                except BlockingIOError:
+                    said = b""
+            finally:
+                os.close(done_r)
+        elapsed = time.monotonic() - began
+        return Ran(rc, token + b" done" in said.splitlines(), said, tail_of(folder / "stdout", 1 << 16),
+                   tail_of(folder / "stderr", 4000), elapsed)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(box: Sandbox, code: str, tests: str, timeout: float, memory_mb: int,
+         max_processes: int) -> tuple[Score, bytes, str]:
+    """(score, what the harness said on its pipe, the tail of stderr) of one run of the tests in `box`."""
+    ran = run_harness(box, code, tests, timeout, memory_mb, max_processes)
+    if ran.rc is None:
+        return Score.of(0, f"timeout: killed after {timeout:g} s time limit"), b"", ""
+    if ran.rc == 0 and ran.proven:
+        return Score.of(1, f"tests passed in {ran.elapsed:.2f} s"), ran.said, ran.stderr
+    return Score.of(0, _failure(ran.rc, ran.stderr, timeout, ran.elapsed, memory_mb)), ran.said, ran.stderr
 
 
 def _failure(rc: int, tail: str, timeout: float, elapsed: float, memory_mb: int) -> str:
@@ -256,7 +320,7 @@ def _failure(rc: int, tail: str, timeout: float, elapsed: float, memory_mb: int)
     return f"tests failed (exit {rc}): {short(last, 200) or 'no error output'}"
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -2,27 +2,27 @@
 
 Both return a number in [0, 1] or a number with a reason; anything else (an exception, a non-number,
 a value out of range, a crash, a timeout) scores 0 with a reason saying what went wrong, so a broken
-grader shows up in `verify-task` as rejected gold instead of as a crash.
+grader shows up in `verify-task` as rejected gold instead of as a crash. Both run programs, so only the
+caller names them (never a task row), and they run in the unit-tests sandbox with a time limit
+(`aci.graders.program`). `load_function` imports a function here, for `histogram --custom` features.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import json
 import math
-import os
 import shlex
-import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aci.errors import ACIError
-from aci.graders.base import Grader, Response, Score, gold, short
+from aci.graders.base import Grader, Response, Score, gold, short, time_limit
+from aci.graders.code import MAX_PROCESSES, admit, noted, run_harness
+from aci.graders.program import EXEC, Module, Worker, command_files, program_path
 from aci.graders.toolcall import ToolCall
 
 
@@ -43,12 +43,7 @@ def as_score(value: Any, source: str) -> Score:
 
 
 class _Generic(Grader):
-    """Gold and corruption when the grader itself is opaque: the gold answer or gold tool calls. Both run
-    in the run's workdir."""
-
-    @classmethod
-    def build(cls, spec, *, workdir, check_host, unsafe_grader):
-        return cls(spec, workdir)
+    """Gold and corruption when the grader itself is opaque: the gold answer or gold tool calls."""
 
     def gold(self, task) -> Response:
         if gold(task).get("tool_calls") and not gold(task).get("answer"):
@@ -90,79 +85,104 @@ def load_function(target: str, workdir: Path | None = None) -> Callable:
 
 
 class PythonFunction(_Generic):
-    """`python:module:function`: calls `function(task, response[, tool_calls])`.
+    """`python:module:function`: calls `function(task, response[, tool_calls])` in a sandboxed worker.
 
-    It returns a float in [0, 1], `(float, reason)`, or `{"score", "reason"}`.
+    It returns a float in [0, 1], `(float, reason)`, or `{"score", "reason"}`. The module is a `.py` file
+    (`python:grade.py:score`) or a module or package of the workdir or the Python installation; it sees
+    nothing else of the workdir (`aci.graders.program`). Options: `timeout` (seconds per call, default 30),
+    `memory_mb` (address space; default 0, none: a grader may import what it likes).
     """
 
     name = "python"
     written = "python:module:function"
+    sandboxed = True
 
-    def __init__(self, spec, workdir: Path | None = None):
+    @classmethod
+    def build(cls, spec, *, workdir, check_host, unsafe_grader):
+        return cls(spec, workdir, unsafe_grader=unsafe_grader)
+
+    def __init__(self, spec, workdir: Path | None = None, *, unsafe_grader: bool = False):
         super().__init__(spec)
-        self.target = spec.get("function")
-        if not isinstance(self.target, str):
+        target = spec.get("function")
+        if not isinstance(target, str):
             raise ACIError('python grader needs a function: python:module:function, or {"type": "python", '
                            '"function": "module:function"}')
-        self.fn = load_function(self.target, workdir)
-        try:
-            params = inspect.signature(self.fn).parameters.values()
-            positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-            self.arity = 3 if len(positional) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params) else 2
-        except (TypeError, ValueError):
-            self.arity = 3
+        self.target, self.workdir, self.unsafe_grader = target, workdir, unsafe_grader
+        self.module = Module.parse(target)
+        self.worker = Worker(self.module, time_limit(spec, 30, "python grader"), _memory(spec), MAX_PROCESSES)
+        why = self.worker.check(admit(unsafe_grader), self.module.files(workdir))  # refused now, not at a score
+        if why:
+            raise ACIError(f"python grader {target!r} {why}")
 
     def _score(self, task, response, tool_calls):
-        args = (task, response, tool_calls)[: self.arity]
-        try:
-            value = self.fn(*args)
-        except Exception as e:
-            return Score.of(0, f"python:{self.target} raised {type(e).__name__}: {e}")
-        return as_score(value, f"python:{self.target}")
+        box = admit(self.unsafe_grader)
+        reply, why = self.worker.call(box, self.module.files(self.workdir),
+                                      {"task": task, "response": response, "tool_calls": tool_calls})
+        label = f"python:{self.target}"
+        if reply is None:
+            return noted(Score.of(0, f"{label} {why}"), box)
+        if "error" in reply:
+            return noted(Score.of(0, f"{label} {reply['error']}"), box)
+        return noted(as_score(reply["value"], label), box)
+
+
+def _memory(spec: dict) -> int:
+    value = spec.get("memory_mb", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ACIError(f"memory_mb must be a whole number of MB >= 0 (0: no limit), got {value!r}")
+    return value
 
 
 class Command(_Generic):
     """An external command: `{"task", "response", "tool_calls"}` as JSON on stdin, the score on stdout.
 
-    Stdout's last line is a number or `{"score": .., "reason": ..}`. Options: `command` (string, split
-    like a shell would, or a list), `timeout` (seconds, default 30). Runs in the run's workdir.
+    Stdout's last line is a number or `{"score": .., "reason": ..}`. It runs in the sandbox, in a folder
+    holding the files its arguments name in the workdir (`aci.graders.program`). Options: `command` (string,
+    split like a shell would, or a list), `timeout` (seconds, default 30), `memory_mb` (default 0, none).
     """
 
     name = "command"
     minimal_spec = {"type": "command", "command": "python grade.py"}
+    sandboxed = True
 
-    def __init__(self, spec, workdir: Path | None = None):
+    @classmethod
+    def build(cls, spec, *, workdir, check_host, unsafe_grader):
+        return cls(spec, workdir, unsafe_grader=unsafe_grader)
+
+    def __init__(self, spec, workdir: Path | None = None, *, unsafe_grader: bool = False):
         super().__init__(spec)
         command = spec.get("command")
         if isinstance(command, str):
             command = shlex.split(command)
         if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
             raise ACIError(f"command grader needs `command`, e.g. {json.dumps(self.minimal_spec)}")
-        self.command = command
-        self.timeout = float(spec.get("timeout", 30))
-        self.workdir = workdir
+        self.command, self.workdir, self.unsafe_grader = command, workdir, unsafe_grader
+        self.label = short(" ".join(command), 60)
+        program, self.python = program_path(command[0])
+        self.argv = [program, *command[1:]]
+        self.timeout = time_limit(spec, 30, "command grader")
+        self.memory_mb = _memory(spec)
+        self._files()  # refused now, not at the first score
+        admit(unsafe_grader)
+
+    def _files(self):
+        return command_files(self.command, self.workdir, f"command grader {self.label!r}")
 
     def _score(self, task, response, tool_calls):
+        box = admit(self.unsafe_grader)
         payload = json.dumps({"task": task, "response": response, "tool_calls": tool_calls}, ensure_ascii=False)
-        label = short(" ".join(self.command), 60)
-        try:
-            proc = subprocess.Popen(self.command, cwd=self.workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)
-        except OSError as e:
-            return Score.of(0, f"command {label!r} could not start: {e}")
-        try:
-            out, err = proc.communicate(payload.encode(), timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.communicate()
-            return Score.of(0, f"command {label!r} timed out after {self.timeout:g} s")
-        if proc.returncode != 0:
-            tail = err.decode("utf-8", "replace").strip().splitlines()
-            return Score.of(0, f"command {label!r} exited {proc.returncode}: {tail[-1] if tail else 'no stderr'}")
-        lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
+        ran = run_harness(box, EXEC.format(argv=self.argv, python=self.python), "pass", self.timeout, self.memory_mb, MAX_PROCESSES,
+                          files=self._files(), stdin=payload.encode())
+        return noted(self._read(ran), box)
+
+    def _read(self, ran) -> Score:
+        label = self.label
+        if ran.rc is None:
+            return Score.of(0, f"command {label!r} timed out after {self.timeout:g} s (its time limit)")
+        if ran.rc != 0:
+            tail = ran.stderr.splitlines()
+            return Score.of(0, f"command {label!r} exited {ran.rc}: {tail[-1] if tail else 'no stderr'}")
+        lines = [ln for ln in ran.stdout.splitlines() if ln.strip()]
         if not lines:
             return Score.of(0, f"command {label!r} printed no score")
         try:

@@ -71,6 +71,7 @@ class ToolCall(Grader):
 
     name = "tool-call"
     inline = True
+    from_rows = True
 
     def _gold(self, task) -> list[dict]:
         from aci.tasks import plain_tool_calls  # here, not at import: the registry is read at server start

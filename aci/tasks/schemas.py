@@ -100,8 +100,9 @@ TASK_SCHEMA: dict[str, Any] = {
             },
         },
         "grader": {
-            "description": "a grader name ('final-answer', 'python:mod:fn', ...) or {type: name, ...options}; "
-                           "null means the caller's default",
+            "description": "a grader name ('final-answer', 'regex', 'unit-tests', ...) or {type: name, ...options}; "
+                           "null means the caller's default. A row may not name a grader that runs a program "
+                           "(python:, command): those come only from the caller's --grader or the run card",
             "oneOf": [
                 {"type": "null"},
                 {"type": "string", "minLength": 1},
