@@ -101,6 +101,17 @@ class FinalEval(_Strict):
         return self.seeds, self.seeds, "", False
 
 
+class Transfer(_Strict):
+    """How large each of final_model's files may be: a harness copies the folder out file by file, and a
+    copy can fail on one large file (PostTrainBench's Harbor runs fail on a file over 5 GiB)."""
+
+    shard_bytes: int = Field(ge=1, description="promotion writes the weights in safetensors files of at most "
+                                               "this many bytes of tensors (a single larger tensor is a file "
+                                               "of its own)")
+    max_file_bytes: int = Field(ge=1, description="finalize fails a final_model holding a file over this many "
+                                                  "bytes")
+
+
 class Profile(_Strict):
     description: str
     strict: bool = Field(description="the integrity profile: stricter checks where a tool offers a choice")
@@ -122,6 +133,7 @@ class Profile(_Strict):
     phases: list[Phase] = Field(min_length=1)
     final_eval: FinalEval | None = Field(None, description="how the final evaluation scores final_model; none "
                                                            "when the profile does not know it")
+    transfer: Transfer
 
     def reserve_min(self, budget_min: float | None = None) -> float:
         """The final reserve of a run of `budget_min` minutes (default: the profile's budget): the smaller of
@@ -318,6 +330,9 @@ def _check_references(data: RulesFile, path: Path) -> None:
                 raise fail(field, f"phase {p.name!r} is not defined under phases")
         if sum(p.share is None for p in prof.phases) != 1:
             raise fail(field, "exactly one phase, the final reserve's, must have no share")
+        if prof.transfer.shard_bytes > prof.transfer.max_file_bytes:
+            raise fail(f"profiles.{name}.transfer", "shard_bytes is over max_file_bytes: promotion would write "
+                                                    "files that finalize fails")
 
 
 def load(profile: str = "default", path: Path | None = None) -> Rules:

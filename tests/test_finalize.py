@@ -48,13 +48,13 @@ def test_finalize_passes_a_correct_final_model_and_opens_the_gate(workdir, tiny_
     out = finalize(workdir, eval_limit=5)
     assert out.passed, [i for i in out.items if not i.passed]
     items = by_name(out)
-    assert list(items) == ["present", "config", "weights", "merged", "tokenizer", "template", "end-of-turn",
-                           "sampling", "processor", "promotion", "eval-files", "generates", "eval"]
+    assert list(items) == ["present", "config", "weights", "merged", "file-size", "tokenizer", "template",
+                           "end-of-turn", "sampling", "processor", "promotion", "eval-files", "generates", "eval"]
     assert "no settings chosen" in items["sampling"].detail
     assert "<|im_end|> (id 2)" in items["end-of-turn"].detail and "ck" in items["promotion"].detail
     assert "scored 0.6" in items["eval"].detail and "on 5 samples" in items["eval"].detail
     rec = ctx(workdir).state.read(FINALIZE)
-    assert rec["passed"] and rec["checkpoint"] == "ck" and len(rec["items"]) == 13
+    assert rec["passed"] and rec["checkpoint"] == "ck" and len(rec["items"]) == 14
     assert ctx(workdir).state.journal(1)[0]["kind"] == "finalize"
     assert gates(ctx(workdir))["finalized"].passed
     assert "final_model PASSED" in out.summary()
@@ -106,6 +106,12 @@ def _bin_only(final: Path, base: Path) -> None:
     (final / "model.safetensors").unlink()
 
 
+def _huge(final: Path, base: Path) -> None:
+    """A file one byte over the 5 GiB the harness's copy of final_model takes, sparse: it uses no disk."""
+    with open(final / "optimizer.pt", "wb") as f:
+        f.truncate(5 * 2**30 + 1)
+
+
 def _processor(final: Path, base: Path) -> None:
     (base / "preprocessor_config.json").write_text('{"image_processor_type": "Gemma3ImageProcessor"}')
 
@@ -119,6 +125,8 @@ DEFECTS = {
     "bin-only-weights": (_bin_only, "weights", "only pytorch .bin weights"),
     "missing-processor-files": (_processor, "processor", "missing preprocessor_config.json"),
     "generation-config-vllm-cannot-load": (_gen({"max_new_tokens": 0}), "sampling", "vLLM would fail to start"),
+    "file-over-the-transfer-limit": (_huge, "file-size", "optimizer.pt is 5.00 GiB (5368709121 bytes), over the "
+                                     "5.00 GiB (5368709120 bytes) a file may have: the transfer of final_model fails"),
 }
 
 
@@ -254,3 +262,95 @@ def test_a_regex_grader_names_the_answer_format_finalize_checks():
     assert fmt.found("12 + 30 = 42\nANSWER: 42") and not fmt.found("ANSWER: forty-two")
     whole = probe.from_grader('{"type": "regex", "pattern": "[0-9]+", "fullmatch": true}', "g")
     assert whole.found(" 42\n") and not whole.found("it is 42")
+
+
+def _shards(final: Path) -> dict[str, int]:
+    """Each safetensors file of `final` and the bytes of tensor data it holds."""
+    from aci.evaluation import shards
+
+    return {p.name: sum(t.size for t in shards.read_header(p)[0]) for p in sorted(final.glob("*.safetensors"))}
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    out: dict = {}
+    for p in sorted(folder.glob("*.safetensors")):
+        out |= load_file(p)
+    return out
+
+
+def test_promotion_writes_weights_in_shards_that_survive_the_transfer(workdir, tiny_model, tmp_path_factory,
+                                                                      monkeypatch):
+    """Issue 33 item 8: transformers 5 saves up to 50 GB as one file (a 4B model in bf16: one 8 GB file),
+    and the harness's copy of final_model fails on a file over 5 GiB. Promotion keeps every weights file
+    within the profile's `transfer.shard_bytes`, set here to 80 kB of the tiny model's 154 kB: a copied
+    checkpoint is re-sharded byte for byte, a LoRA is merged into shards, and each result loads, holds
+    the same weights and passes finalize."""
+    import torch
+    import yaml
+
+    from aci import rules
+    from tests.eval_helpers import plant, register
+
+    limit = 80_000
+    data = yaml.safe_load(rules.rules_path().read_text())
+    for profile in data["profiles"].values():
+        profile["transfer"]["shard_bytes"] = limit
+    path = tmp_path_factory.mktemp("rules") / "rules.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    monkeypatch.setenv(rules.RULES_ENV, str(path))
+
+    final = _promoted(workdir, tiny_model)
+    assert [p.name for p in tiny_model.glob("*.safetensors")] == ["model.safetensors"]
+    sizes = _shards(final)
+    assert len(sizes) > 1 and max(sizes.values()) <= limit, sizes
+    index = json.loads((final / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"].values()) == set(sizes)
+    assert index["metadata"]["total_size"] == sum(sizes.values())
+    source, shipped = _weights(tiny_model), _weights(final)
+    assert shipped.keys() == source.keys() and all(torch.equal(shipped[k], source[k]) for k in source)
+    out = finalize(workdir)
+    assert out.passed, [i for i in out.items if not i.passed]
+    assert by_name(out)["generates"].passed and f"{len(sizes)} safetensors file(s)" in by_name(out)["weights"].detail
+
+    adapter = make_lora(workdir / "base", workdir / "lora" / "checkpoint-5")
+    shutil.copy(workdir / "base" / "generation_config.json", adapter)
+    plant(adapter, 0.8, "generation_config.json")  # the stand-in evaluator's score for the merged model
+    register(workdir, "lora/checkpoint-5", adapter, adapter=True)
+    call(workdir, checkpoint="ck", limit=40)
+    assert call(workdir, checkpoint="lora/checkpoint-5", parent="base", limit=40, promote=True).promotion.promoted
+    sizes = _shards(final)
+    assert len(sizes) > 1 and max(sizes.values()) <= limit, sizes
+    assert finalize(workdir).passed
+
+
+def test_resharding_keeps_every_tensor_byte_for_byte_and_aligned(tmp_path):
+    """Tensors of every element size, cut into shards of 100 bytes: the same names, dtypes, values and
+    metadata, each tensor starting at a multiple of its element size, and one larger than a shard alone."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from aci.evaluation import shards
+
+    torch.manual_seed(0)
+    tensors = {"a.mask": torch.tensor([True, False, True]), "b.bf16": torch.randn(33).to(torch.bfloat16),
+               "c.ids": torch.arange(5), "d.f32": torch.randn(3, 11), "e.f16": torch.randn(9).half(),
+               "f.u8": torch.arange(7, dtype=torch.uint8), "g.i32": torch.arange(3, dtype=torch.int32)}
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out"
+    out.mkdir()
+    index = shards.reshard([tmp_path / "model.safetensors"], out, 100)
+    names = sorted(set(index["weight_map"].values()))
+    assert len(names) > 2 and names[0] == f"model-00001-of-{len(names):05d}.safetensors"
+    assert index["weight_map"]["d.f32"] not in {index["weight_map"][k] for k in tensors if k != "d.f32"}  # 132 B
+    for name in names:
+        with safe_open(str(out / name), framework="pt") as f:
+            assert f.metadata() == {"format": "pt"}
+        for t in shards.read_header(out / name)[0]:
+            assert t.start % shards.ELEMENT_BYTES.get(t.dtype, 1) == 0, (name, t)
+    back = _weights(out)
+    assert back.keys() == tensors.keys()
+    assert all(back[k].dtype == v.dtype and torch.equal(back[k], v) for k, v in tensors.items())
+    assert index["metadata"]["total_size"] == sum(v.numel() * v.element_size() for v in tensors.values())

@@ -10,6 +10,7 @@ every defect.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -47,10 +48,11 @@ def _err(e: Exception) -> str:
 
 
 def check(final: Path, *, template: str | None, base_dir: Path | None, best: dict | None,
-          changed_eval_files: list[str], generate: bool = True, probe: Probe | None = None,
+          changed_eval_files: list[str], max_file_bytes: int, generate: bool = True, probe: Probe | None = None,
           evaluate: Callable[[Path], str] | None = None) -> list[CheckItem]:
-    """Run every check on `final` (see the module docstring); `probe` is what the generation check asks
-    and the answer format it expects (`aci.evaluation.probe`); `evaluate(final)` returns a detail or raises."""
+    """Run every check on `final` (see the module docstring); `max_file_bytes` is the largest file the
+    harness can copy out (the profile's `transfer`); `probe` is what the generation check asks and the
+    answer format it expects (`aci.evaluation.probe`); `evaluate(final)` returns a detail or raises."""
     probe = probe or Probe(FALLBACK, "a fixed arithmetic question", None)
     c = Checklist()
     if not final.is_dir():
@@ -64,6 +66,7 @@ def check(final: Path, *, template: str | None, base_dir: Path | None, best: dic
         adapter = [n for n in folder.ADAPTER_FILES if (final / n).exists()]
         c.add("merged", not adapter, "no adapter files" if not adapter else f"unmerged LoRA files: {', '.join(adapter)}",
               "promote the checkpoint through aci eval-checkpoint promote, which merges the LoRA (peft merge_and_unload)")
+        _file_size(c, final, max_file_bytes)
         tok = _tokenizer(c, final)
         prompt = _template(c, tok, template, probe.messages)
         _end_of_turn(c, final, tok, template)
@@ -119,6 +122,30 @@ def _weights(c: Checklist, final: Path) -> bool:
             return c.add("weights", False, f"{p.name} cannot be read: {_err(e)}", PROMOTE_FIX)
     size = sum(p.stat().st_size for p in files)
     return c.add("weights", True, f"{len(files)} safetensors file(s), {tensors} tensors, {size / 1e6:.1f} MB")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB ({n} bytes)"
+
+
+def _file_size(c: Checklist, final: Path, max_bytes: int) -> None:
+    """No file of `final` over `max_bytes`: the harness copies final_model out file by file and the copy
+    of a larger file fails, after the run, when nothing can be done about it. Sizes only (a sparse or
+    huge file is never read)."""
+    sizes = {p: p.stat().st_size for p in (Path(d, n) for d, _, names in os.walk(final) for n in names)
+             if p.is_file()}
+    over = sorted((p for p, n in sizes.items() if n > max_bytes), key=lambda p: -sizes[p])
+    if over:
+        more = f" (and {len(over) - 1} more: {', '.join(str(p.relative_to(final)) for p in over[1:4])})" \
+            if len(over) > 1 else ""
+        c.add("file-size", False, f"{over[0].relative_to(final)} is {_gib(sizes[over[0]])}, over the "
+              f"{_gib(max_bytes)} a file may have: the transfer of final_model fails on a larger file{more}",
+              PROMOTE_FIX + " (it writes the weights in shards within the limit); a file that is not part of "
+                            "the model does not belong in final_model")
+        return
+    top = max(sizes, key=lambda p: sizes[p], default=None)
+    c.add("file-size", True, f"every file within {_gib(max_bytes)}" +
+          (f"; the largest is {top.relative_to(final)}, {_gib(sizes[top])}" if top else ""))
 
 
 def _tokenizer(c: Checklist, final: Path):

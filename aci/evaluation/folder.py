@@ -8,6 +8,8 @@ Promotion and every evaluation of a checkpoint go through it, so what is evaluat
 
 Only merging a LoRA needs torch (and peft); copying a full checkpoint and writing the tokenizer,
 template and generation config is plain file work, so building is fast and cannot change the weights.
+A folder built to ship (`shard_bytes` set: promotion) holds no weights file over that size: merges are
+saved in shards of it, and copied weights with a larger file are re-sharded byte for byte (`shards`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aci.errors import ACIError
+from aci.evaluation import shards
 
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -212,13 +215,13 @@ def fsync_tree(folder: Path) -> None:
         os.close(fd)
 
 
-def _merge_lora(adapter: Path, onto: Path, out: Path) -> None:
+def _merge_lora(adapter: Path, onto: Path, out: Path, shard_bytes: int | None) -> None:
     from aci.evaluation import isolated
 
-    isolated.run(merge_lora_here, adapter=str(adapter), onto=str(onto), out=str(out))
+    isolated.run(merge_lora_here, adapter=str(adapter), onto=str(onto), out=str(out), shard_bytes=shard_bytes)
 
 
-def merge_lora_here(adapter: str, onto: str, out: str) -> dict:
+def merge_lora_here(adapter: str, onto: str, out: str, shard_bytes: int | None = None) -> dict:
     """Merge in this process (`_merge_lora` runs it in a child through `aci.evaluation.isolated`)."""
     import torch
     from peft import PeftModel
@@ -230,31 +233,31 @@ def merge_lora_here(adapter: str, onto: str, out: str) -> dict:
         merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     except Exception as e:
         raise ACIError(f"merging the LoRA adapter {adapter} onto {onto} failed: {type(e).__name__}: {e}") from None
-    merged.save_pretrained(out)  # safetensors by default in every supported transformers
+    merged.save_pretrained(out, **shards.save_limit(shard_bytes))  # safetensors by default in every supported transformers
     for stray in ("generation_config.json", *TOKENIZER_FILES):  # rewritten by build() from their sources
         (Path(out) / stray).unlink(missing_ok=True)
     return {}
 
 
-def _resave_bin(source: Path, out: Path) -> None:
+def _resave_bin(source: Path, out: Path, shard_bytes: int | None) -> None:
     """A checkpoint with only pytorch_model*.bin weights, saved again as safetensors (in a child process)."""
     from aci.evaluation import isolated
 
-    isolated.run(resave_here, source=str(source), out=str(out))
+    isolated.run(resave_here, source=str(source), out=str(out), shard_bytes=shard_bytes)
 
 
-def resave_here(source: str, out: str) -> dict:
+def resave_here(source: str, out: str, shard_bytes: int | None = None) -> dict:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
-    model.save_pretrained(out)
+    model.save_pretrained(out, **shards.save_limit(shard_bytes))
     (Path(out) / GENERATION_CONFIG).unlink(missing_ok=True)
     return {}
 
 
 def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | None = None,
           template: str | None = None, set_template: bool = False, link: bool = False,
-          sampling: dict | None = None) -> dict:
+          sampling: dict | None = None, shard_bytes: int | None = None) -> dict:
     """Write the servable folder for checkpoint `source` into the empty folder `out`.
 
     `base_dir` is the base model's local folder (tokenizer and processor files are taken from it when
@@ -265,11 +268,12 @@ def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | 
     tokenizer and template files reach final_model unchanged.
     `link` hard-links unchanged files instead of copying (for throw-away evaluation folders).
     `sampling` replaces the generation config's sampling keys (see `aci.sampling`).
+    `shard_bytes` caps each weights file (see the module docstring); None keeps the checkpoint's files.
     Returns what was written: end-of-turn token and id, where each part came from, and `written`: every
     file of `out` with where it came from.
     """
     out.mkdir(parents=True, exist_ok=True)
-    origin = _weights(source, out, merge_onto, link)
+    origin = _weights(source, out, merge_onto, link, shard_bytes)
     sources = [d for d in (source, merge_onto, base_dir) if d is not None]
     origin |= _tokenizer(sources, out, template, set_template, link, base_dir=base_dir)
     eot, eot_id = end_of_turn(out, template)
@@ -278,28 +282,35 @@ def build(source: Path, out: Path, *, base_dir: Path | None, merge_onto: Path | 
     return {"eot": eot, "eot_id": eot_id, "origin": origin, "written": _written(out, origin)}
 
 
-def _weights(source: Path, out: Path, merge_onto: Path | None, link: bool) -> dict[str, str]:
+def _weights(source: Path, out: Path, merge_onto: Path | None, link: bool, shard_bytes: int | None) -> dict[str, str]:
     """The weights and `config.json` in `out`: a LoRA merged onto `merge_onto`, safetensors copied (or
-    linked), pytorch .bin files saved as safetensors. Returns where the weights came from."""
+    linked; re-sharded where a file is over `shard_bytes`), pytorch .bin files saved as safetensors.
+    Returns where the weights came from."""
     if is_adapter(source):
         if merge_onto is None:
             raise ACIError(f"{source} is a LoRA adapter and no full model to merge it onto is known")
-        _merge_lora(source, merge_onto, out)
+        _merge_lora(source, merge_onto, out, shard_bytes)
         return {"weights": f"LoRA {source} merged onto {merge_onto}"}
-    if safetensors_files(source):
+    files = safetensors_files(source)
+    if files:
         gone = missing_shards(source)
         if gone:
             raise ACIError(f"{source} is incomplete: shards {', '.join(gone[:3])} named by {WEIGHTS_INDEX} are missing")
-        for p in safetensors_files(source):
-            _copy(p, out / p.name, link)
-        if (source / WEIGHTS_INDEX).is_file():
-            _copy(source / WEIGHTS_INDEX, out / WEIGHTS_INDEX, link)
         if not (source / CONFIG).is_file():
             raise ACIError(f"{source} has weights but no {CONFIG}")
+        weights = str(source)
+        if shard_bytes and any(p.stat().st_size > shard_bytes for p in files):
+            write_json(out / WEIGHTS_INDEX, shards.reshard(files, out, shard_bytes))
+            weights += f" (re-sharded: at most {shard_bytes} bytes of weights a file)"
+        else:
+            for p in files:
+                _copy(p, out / p.name, link)
+            if (source / WEIGHTS_INDEX).is_file():
+                _copy(source / WEIGHTS_INDEX, out / WEIGHTS_INDEX, link)
         _copy(source / CONFIG, out / CONFIG, link)
-        return {"weights": str(source)}
+        return {"weights": weights}
     if bin_files(source):
-        _resave_bin(source, out)
+        _resave_bin(source, out, shard_bytes)
         return {"weights": f"{source} (pytorch .bin saved as safetensors)"}
     raise ACIError(f"{source} holds no model weights (no *.safetensors, pytorch_model*.bin or adapter_config.json)")
 

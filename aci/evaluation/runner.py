@@ -151,7 +151,9 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
 
 
 def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool, set_template: bool = False) -> dict:
-    """Build `ck` as the benchmark would load it into `out` (see `folder.build`)."""
+    """Build `ck` as the benchmark would load it into `out` (see `folder.build`). A folder to ship (not
+    `link`: promotion) keeps each weights file within the profile's `transfer.shard_bytes`; a throw-away
+    evaluation folder links the checkpoint's files as they are (the same weights, cut differently)."""
     if ck.local is None:
         raise ACIError(f"checkpoint {ck.id} has no local folder ({ck.path})")
     scratch = out.parent / f"{out.name}.parents"
@@ -165,7 +167,8 @@ def prepare(ctx: Context, ck: Checkpoint, out: Path, *, link: bool, set_template
             raise ACIError(f"{ck.id} is a LoRA adapter but the model it was trained on has no local folder "
                            f"(parent chain {' -> '.join(checkpoints.ancestry(ctx, ck))})")
         return folder.build(ck.local, out, base_dir=checkpoints.base(ctx).local, merge_onto=onto,
-                            template=template_text(ctx), set_template=set_template, link=link, sampling=ck.sampling)
+                            template=template_text(ctx), set_template=set_template, link=link, sampling=ck.sampling,
+                            shard_bytes=None if link else ctx.rules.profile.transfer.shard_bytes)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -57,7 +57,8 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
 
     First repairs an interrupted promotion. Items (each pass/fail with a fix): present; config
     (config.json loads); weights (safetensors, all shards readable, not .bin only); merged (no
-    adapter_config.json / adapter_model.*); tokenizer loads; template (the run card's, else the
+    adapter_config.json / adapter_model.*); file-size (no file over the profile's transfer.max_file_bytes:
+    the harness's copy of final_model fails on a larger file); tokenizer loads; template (the run card's, else the
     tokenizer's, renders a prompt); end-of-turn (generation_config.json exists and its eos_token_id holds
     the end-of-turn token's id, the same id the tokenizer gives it); sampling (the file read as vLLM
     reads it: loads, and holds the settings promoted with an `<id>@<settings>` checkpoint); processor (files the base model
@@ -82,6 +83,7 @@ def finalize(inp: FinalizeInput, ctx: Context) -> FinalizeOutput:
         promotion_id = (swap.marker(final) or {}).get("promotion_id")
         items = checks.check(final, template=runner.template_text(ctx), base_dir=checkpoints.base(ctx).local,
                              best=best, changed_eval_files=protected_changed(ctx), probe=probe.probe(ctx),
+                             max_file_bytes=ctx.rules.profile.transfer.max_file_bytes,
                              evaluate=_eval_run(ctx, inp) if inp.limit else None)
         passed = all(i.passed for i in items)
         final_eval = ctx.rules.profile.final_eval  # a statement beside the checklist, not a check
