@@ -98,7 +98,7 @@ def from_grader(spec: str, source: str) -> Format | None:
 
 def answer_format(ctx: Context, card: dict) -> Format | None:
     """The answer format the benchmark card (`card`) names, else the one its grader implies."""
-    from aci.verify import card_grader
+    from aci.default_grader import card_grader
 
     fmt = card.get("answer_format")
     if isinstance(fmt, str) and fmt.strip():

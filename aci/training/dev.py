@@ -36,8 +36,8 @@ def settings(req: TrainRequest, ctx: Context) -> tuple[DevSettings | None, list[
     if not req.dev_set:
         return None, []
     from aci import graders
+    from aci.default_grader import card_grader
     from aci.evaluation import devset
-    from aci.verify import card_grader
 
     path = ctx.path(req.dev_set, must_exist=True, what="dev set")
     tasks = devset.load(path, req.dev_items)
