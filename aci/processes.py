@@ -143,6 +143,36 @@ def run_briefly(argv: list[str], cwd, timeout_s: float, max_chars: int = 65536) 
     return (rc if exited else None), out.decode(errors="replace")[:max_chars]
 
 
+def run_to_exit(argv: list[str], *, timeout_s: float, cwd=None, env: dict | None = None,
+                stdin_text: str | None = None) -> tuple[int | None, str, str]:
+    """Run a command to its own exit or `timeout_s`: (exit code, or None when it timed out; stdout; stderr).
+
+    Its output goes to files, not pipes, so the wait ends when the command exits even if a child it left
+    behind (a worker pool, vLLM's engine) still holds its stdout or stderr; a pipe would be read until
+    that child closed it, past any limit. The command's whole session is killed once it has exited or
+    timed out, so nothing it started outlives the call. `stdin_text` is its standard input."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as inp:
+        inp.write((stdin_text or "").encode())
+        inp.seek(0)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=inp, stdout=out, stderr=err, start_new_session=True)
+        try:
+            rc: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            rc = None
+        except BaseException:  # interrupted: the command goes with the call
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        signal_group(proc.pid, signal.SIGKILL)  # what it left behind, or the command itself on a timeout
+        proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return rc, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+
+
 _EXIT_POLL_S = 0.02  # how often run_briefly looks whether its command has exited while the pipe stays quiet
 
 

@@ -127,6 +127,35 @@ def test_helper_commands_answer_when_they_exit(tmp_path):
     assert run_briefly(["bash", "-c", "echo 1:00; sleep 30 & sleep 30"], tmp_path, 0.5) == (None, "1:00\n")
 
 
+def test_a_child_holding_the_pipes_does_not_hold_a_longer_running_helper(tmp_path):
+    """The model-loading child (`aci.evaluation.isolated`) and the task's own contamination tool waited on
+    their pipes: a worker left behind holding stderr kept the call up to its limit (an hour for a merge).
+    `run_to_exit` answers when the command exits, and the worker goes with its session."""
+    from aci.evaluation import isolated
+    from aci.processes import run_to_exit
+
+    started = time.monotonic()
+    left = tmp_path / "left.pid"
+    rc, out, err = run_to_exit(["bash", "-c", f"cat; echo oops >&2; sleep 60 & echo $! > {left}; exit 3"],
+                               timeout_s=30, stdin_text="asked\n")
+    assert (rc, out, err) == (3, "asked\n", "oops\n") and time.monotonic() - started < 5
+    pid = int(left.read_text())
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid)
+    assert run_to_exit(["sleep", "30"], timeout_s=0.5)[0] is None and time.monotonic() - started < 10
+    started = time.monotonic()
+    assert isolated.run(_leaves_a_worker, timeout_s=60) == {"ok": True} and time.monotonic() - started < 20
+
+
+def _leaves_a_worker() -> dict:
+    import subprocess
+
+    subprocess.Popen(["sleep", "60"], start_new_session=False)  # inherits the child's stdout and stderr
+    return {"ok": True}
+
+
 # -- item 5: a strict run's later deadline is refused or journaled ---------------------------------------------
 def _strict_hour(workdir: Path):
     out = plan(workdir, profile="posttrainbench", budget_hours=1)

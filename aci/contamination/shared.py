@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from pydantic import BaseModel, Field
 
 from aci.contamination.inputs import Row
 from aci.contamination.text import CL100K_URL
+from aci.processes import run_to_exit
 
 ITEMS, TOOL = "test_data.json", "contamination_check.py"
 TIMEOUT_S, ROWS_PER_S = 60.0, 250.0  # the tool's limit: a minute plus 250 rows a second (it reads thousands)
@@ -67,20 +67,19 @@ def run(tool: Path, reference: Path, rows: Iterable[Row], cache: Path) -> Shared
         limit = TIMEOUT_S + len(lines) / ROWS_PER_S
         command = [sys.executable, str(tool), "--reference", str(reference), "--input", str(rendered)]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=limit, cwd=tool.parent,
-                                  env=_offline_vocabulary(cache), stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return _not_checked(tool, started, f"it did not finish within {limit:.0f} s")
+            rc, stdout, stderr = run_to_exit(command, timeout_s=limit, cwd=tool.parent, env=_offline_vocabulary(cache))
         except OSError as e:
             return _not_checked(tool, started, f"it could not be started: {e}")
-    found = _flagged(done.stdout, len(lines))
-    if done.returncode == 0 and not found:
+        if rc is None:
+            return _not_checked(tool, started, f"it did not finish within {limit:.0f} s")
+    found = _flagged(stdout, len(lines))
+    if rc == 0 and not found:
         return SharedVerdict(verdict="pass", tool=str(tool), seconds=round(time.perf_counter() - started, 2))
-    if done.returncode == 1 and found:
+    if rc == 1 and found:
         return SharedVerdict(verdict="fail", tool=str(tool), flagged=len(found), rows={k: lines[k] for k in found},
                              lines=[lines[k] for k in found][:200], seconds=round(time.perf_counter() - started, 2))
-    tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
-    return _not_checked(tool, started, f"it exited with status {done.returncode} and {len(found)} flagged rows "
+    tail = (stderr.strip().splitlines() or ["no output"])[-1][:300]
+    return _not_checked(tool, started, f"it exited with status {rc} and {len(found)} flagged rows "
                                        f"({tail})")
 
 

@@ -3,9 +3,10 @@ back when it ends: the long-lived MCP server never holds a model that a later fu
 
 `run(fn, timeout_s, **args)` starts `python -m aci.evaluation.isolated` with the function's module and
 name and its arguments (JSON) on stdin, and returns the JSON object `fn(**args)` returns in the child; a
-failure in the child comes back as ACIError with its message. The child runs in its own session and is
-killed whole at the timeout. Callers pass their own module-level functions (`folder.merge_lora_here`,
-`folder.resave_here`, `checks.generate_here`); this module imports none of them.
+failure in the child comes back as ACIError with its message. The child runs in its own session, which
+is killed whole when it exits or at the timeout (`processes.run_to_exit`). Callers pass their own
+module-level functions (`folder.merge_lora_here`, `folder.resave_here`, `checks.generate_here`); this
+module imports none of them.
 
 Whole evaluations (dev sets, lm-eval tasks, eval commands) run in an evaluation job instead
 (`aci.evaluation.job`), which is a child process too and is also tracked and held to the clock.
@@ -16,9 +17,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
-import os
-import signal
-import subprocess
 import sys
 from collections.abc import Callable
 
@@ -30,17 +28,10 @@ def run(fn: Callable[..., dict | None], timeout_s: float = 3600.0, **args) -> di
     """Run `fn(**args)` in a child process and return its result (see the module docstring)."""
     op = fn.__name__.removesuffix("_here")  # in messages: merge_lora, resave, generate
     request = {"module": fn.__module__, "function": fn.__name__, "args": args}
-    proc = subprocess.Popen([sys.executable, "-m", "aci.evaluation.isolated"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(json.dumps(request), timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise ACIError(f"{op} did not finish within {timeout_s:.0f} s (child process killed)") from None
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    rc, out, err = processes.run_to_exit([sys.executable, "-m", "aci.evaluation.isolated"], timeout_s=timeout_s,
+                                         stdin_text=json.dumps(request))
+    if rc is None:
+        raise ACIError(f"{op} did not finish within {timeout_s:.0f} s (child process killed)")
     lines = [ln for ln in out.splitlines() if ln.strip()]
     try:
         result = json.loads(lines[-1]) if lines else None
@@ -48,7 +39,7 @@ def run(fn: Callable[..., dict | None], timeout_s: float = 3600.0, **args) -> di
         result = None
     if not isinstance(result, dict):
         tail = " ".join(err.strip().splitlines()[-3:])[-500:]
-        raise ACIError(f"{op} in a child process failed (exit {proc.returncode}): {tail or 'no output'}")
+        raise ACIError(f"{op} in a child process failed (exit {rc}): {tail or 'no output'}")
     if "error" in result:
         raise ACIError(result["error"])
     return result
