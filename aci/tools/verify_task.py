@@ -35,10 +35,12 @@ def verify_task(inp: VerifyTaskInput, ctx: Context) -> VerifyTaskOutput:
     """Filter candidate tasks into kept and rejected files, with per-subtype yield and rejection reasons.
 
     Method B (rule-graded: exact answer, unit tests, tool calls): each task's gold, rendered by its grader
-    (task.grader, else --grader, else the benchmark card's grader or the one its answer_format implies),
-    must score 1 and a corrupted variant (wrong number, other letter,
-    stubbed code, broken first argument) must score 0; otherwise the task is rejected (gold-fails,
-    corrupt-passes, missing-gold, no-grader, grader-error). Method A (judge-graded): discard answers
+    (task.grader, else --grader, else the run card's, the benchmark card's or the one its answer_format
+    or the eval script's answer line implies), must score 1 and a corrupted variant (wrong number, other
+    letter, stubbed code, broken first argument) must score 0; otherwise the task is rejected (gold-fails,
+    corrupt-passes, missing-gold, no-grader, grader-error, grader-timeout; grader-not-allowed: a row may
+    name only a pure grader, never `command` or `python:`, which only --grader or the run card give, run
+    sandboxed). Method A (judge-graded): discard answers
     (gold.answer) that are short (--min-answer-chars), start like an error, say "not found", or have fewer
     than --min-facts gold.claims; with --judge-endpoint/--judge-model an independent judge must score at
     least --judge-threshold. Rows are written as read; rejected rows carry `_rejected_reason`. Counts are
