@@ -75,8 +75,9 @@ def goal(ctx: Context) -> Goal:
                          f"best model safe")
     margin = ctx.rules.profile.stretch_margin
     value = min(best + margin, 1.0) if best <= 1.0 else best * (1 + margin)
+    how = f"best {_fmt(best)} + {margin:g}" if value < 1.0 else f"the top of the scale; best {_fmt(best)}"
     return Goal(value=round(value, 6), source=f"best + {margin:g}", met=met, stretch=True,
-                text=f"{lead}: next goal {_fmt(value)} (best {_fmt(best)} + {margin:g})")
+                text=f"{lead}: next goal {_fmt(value)} ({how})")
 
 
 def unconfirmed(ctx: Context) -> list[str]:

@@ -249,6 +249,7 @@ def _promote(workdir: Path, score: float, samples: int = 64) -> None:
     (0.4, 0.5, "run card target"),  # not met yet: the run card's target
     (0.6, 0.8, "benchmark card: the instruct model"),  # met: the benchmark card's next target
     (0.85, 0.87, "best + 0.02"),  # every target met: best + the profile's margin
+    (0.99, 1.0, "best + 0.02"),  # the margin reaches past the scale: the goal is its top, said so
     (1.0, None, "top of the scale"),  # nothing above a perfect score: confirm it
 ])
 def test_the_goal_moves_on_when_a_target_is_met(workdir, best, value, source):
@@ -262,6 +263,8 @@ def test_the_goal_moves_on_when_a_target_is_met(workdir, best, value, source):
     assert s.goal.stretch == (best >= 0.5)
     if source == "top of the scale":
         assert "evaluate it on every item" in s.next_actions[0] and "--trials 3" in s.next_actions[0]
+    if best == 0.99:
+        assert s.goal.text.endswith("next goal 1 (the top of the scale; best 0.99)"), s.goal.text
 
 
 def test_in_the_final_reserve_the_plan_says_what_was_missed(workdir):
