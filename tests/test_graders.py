@@ -545,6 +545,39 @@ def test_a_task_row_may_name_only_graders_that_run_no_program(tmp_path):
     assert grade(task(answer="x"), "x", default=caller, workdir=tmp_path).score == 1
 
 
+def test_a_task_row_cannot_send_a_key_from_the_environment_to_its_own_judge(tmp_path, monkeypatch):
+    """A row may name a judge (its host passes the rules' check), but not `api_key_env`: a dataset naming its
+    own endpoint and the variable of your key would send the key there. The caller's judge may name it."""
+    import http.server
+    import threading
+
+    seen = []
+
+    class Catch(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (the standard library's name)
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(500)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Catch)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("MY_SECRET_KEY", "sk-not-for-rows")
+    spec = {"type": "judge", "endpoint": f"http://127.0.0.1:{server.server_port}/v1", "model": "m",
+            "api_key_env": "MY_SECRET_KEY"}
+    try:
+        with pytest.raises(ACIError, match=r"task 'row-judge' sets api_key_env in its judge grader, which only "
+                                           r"--grader or the run card's grader may set"):
+            grade({**task(answer="x"), "id": "row-judge", "grader": spec}, "x", workdir=tmp_path)
+        assert seen == []
+        graded = grade(task(answer="x"), "x", default=spec, workdir=tmp_path)  # the caller's own judge
+        assert graded.score == 0 and seen == ["Bearer sk-not-for-rows"]
+    finally:
+        server.shutdown()
+
+
 def test_grader_programs_run_in_the_sandbox_and_see_only_their_files(workdir):
     """A python grader runs in a sandboxed worker (not in this process), as a non-root uid where we are root,
     without network, seeing of the workdir only its own module; what it prints cannot forge a score."""

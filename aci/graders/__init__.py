@@ -100,13 +100,19 @@ def task_spec(task: dict, default: str | dict | None = None) -> str | dict | Non
     if not own:
         return default
     try:
-        kind = parse_spec(own)["type"]
+        spec = parse_spec(own)
     except ACIError:
         return own
+    kind = spec["type"]
     if kind in GRADERS and not GRADERS[kind].from_rows:
         raise ACIError(f"task {task.get('id')!r} names the grader {kind!r}, which runs a program; a task row may "
                        f"name only {', '.join(ROW_GRADERS)}, so that a dataset cannot run code here. Drop the row's "
                        f"grader and pass it as --grader (or the run card's grader) if it is yours")
+    reaching = [k for k in GRADERS[kind].caller_options if k in spec] if kind in GRADERS else []
+    if reaching:
+        raise ACIError(f"task {task.get('id')!r} sets {', '.join(reaching)} in its {kind} grader, which only "
+                       f"--grader or the run card's grader may set (a row must not reach your environment's "
+                       f"secrets): drop it from the row")
     return own
 
 

@@ -124,6 +124,9 @@ class Grader:
     # run the row's own code in the sandbox (unit-tests) or ask a judge the rules let it reach may be named
     # there. False, the default for a new grader, leaves it to the caller (--grader, the run card's grader).
     from_rows = False
+    # options a task row may not set even where it may name the grader: they reach beyond the row
+    # (an environment variable's secret), so only the caller's spec may hold them
+    caller_options: tuple[str, ...] = ()
     # True where scoring runs a program (the response's code, or the grader's own) in the sandbox of
     # `aci.graders.sandbox`: a caller says where that sandbox falls short (`aci.graders.code_sandbox`).
     sandboxed = False

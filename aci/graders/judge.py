@@ -85,6 +85,7 @@ class Judge(Grader):
 
     name = "judge"
     from_rows = True  # its endpoint's host passes the caller's check (the rules) before any request
+    caller_options = ("api_key_env",)  # a row naming its own endpoint and your key's variable would send it there
     minimal_spec = {"type": "judge", "endpoint": "http://127.0.0.1:8000/v1", "model": "judge", "rubric": "..."}
 
     @classmethod
