@@ -17,7 +17,7 @@ COMPAT_VENV   ?= .venv-compat
 COMPAT_TESTS  ?= tests/test_templates.py tests/test_train.py tests/test_train_gates.py tests/test_train_jobs.py \
                  tests/test_train_packing.py tests/test_train_batch.py tests/test_train_multigpu.py tests/test_generation.py \
                  tests/test_train_schedule.py tests/test_train_settings.py tests/test_train_start.py \
-                 tests/test_train_probe.py tests/test_train_dev.py
+                 tests/test_train_probe.py tests/test_train_dev.py tests/test_train_ranks.py
 
 # What the tests need beyond the venv (tests/agent_clis.py): the agent CLIs and the MCP Inspector from
 # npm, pinned in .ci/clis/*/package-lock.json (skipped without npm, outside CI; `npm install`, not `npm

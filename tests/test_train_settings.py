@@ -25,7 +25,9 @@ NOT_TRL = {
     "keep_checkpoints": "aci deletes old checkpoints itself, sparing a promoted one and one being evaluated",
     "grader": "the GRPO reward function aci builds (aci.training.rewards) and the dev curve's grader",
     "unsafe_grader": "the sandbox of that reward function's unit-tests grader (aci.graders.sandbox)",
-    "num_gpus": "the processes `accelerate launch` starts (aci.training.prepare.command)",
+    "processes": "the processes `accelerate launch` starts (aci.training.launch.command)",
+    **{k: "passed to `accelerate launch` as given (aci.training.launch.launch_args)"
+       for k in config_mod.Machines.model_fields},
     "tokens_per_s": "the start gate's estimate",
     "measure_steps": "a dry-run's measurement job",
     "check_samples": "the start gate's data check",

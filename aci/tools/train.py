@@ -23,6 +23,7 @@ from aci.training.request import TrainRequest
 
 
 class TrainInput(ToolInput, TrainRequest):
+    RENAMED = {"num_gpus": "processes"}  # GPUs are the usual case of processes (on CPU, several share the cores)
     action: Literal["start", "status", "stop", "list", "dry-run"] = Field(
         "status", description="start a job; status of one (default the latest); stop one; list all; dry-run = "
                               "every check of start without launching")

@@ -6,5 +6,6 @@ token ids and assistant masks with the evaluation's template, `tokenized` keeps 
 `callbacks` report progress and register checkpoints in state while training runs, `pace` measures the
 step rate and `schedule` times the wsd decay to the stop time by it; `probe` compares learning rates;
 `rewards` builds GRPO rewards from the graders; `run` is the job's entry point (`python -m
-aci.training.run <config.json>`).
+aci.training.run <config.json>`), under `launch` (accelerate's launcher) for several processes, whose
+`ranks` agree on when to stop.
 """

@@ -18,7 +18,13 @@
   curve in the progress as `dev`, and saves a checkpoint at each new best, which rotation keeps;
 * the job saves and stops by itself at `stop_at` (deadline minus the final reserve) when its schedule
   does not end first, and on SIGTERM (`train stop`) it saves a last checkpoint at the end of the current
-  step before exiting.
+  step before exiting;
+* with several ranks (`aci.training.ranks`) every rank runs this callback: rank 0's count of the steps
+  that fit before `stop_at` and any rank's stop request are agreed after every optimizer step, so all
+  ranks follow the same learning-rate plan and stop after the same step, and so is a dev point's new
+  best (a save is every rank's step under DeepSpeed); each machine's first rank writes the progress (a
+  job's `train status` on every machine), rank 0 alone saves, registers checkpoints and scores the dev
+  set. The progress names the ranks (`processes`).
 """
 
 from __future__ import annotations
@@ -33,10 +39,11 @@ from transformers import TrainerCallback
 from aci import cpus, jobfiles, jobs, records
 from aci.evaluation import identity
 from aci.state import State, iso, now, parse_ts
-from aci.training import dev, pace, schedule
+from aci.training import dev, pace, ranks, schedule
 from aci.training.config import TrainConfig
 
 PROGRESS_EVERY_S = 2.0
+STOP_REQUESTED = "stop requested"
 
 
 class JobCallback(TrainerCallback):
@@ -49,9 +56,11 @@ class JobCallback(TrainerCallback):
         self.t0: float | None = None
         self.written = 0.0
         self.stop_reason: str | None = None
+        self.requested = False  # SIGTERM reached this rank (the ranks act on it once agreed)
+        self.reports = ranks.reports()  # this machine's progress and log lines
         self.training = False
         self.plan = schedule.Wsd() if cfg.lr_schedule == "wsd" else None  # read by the trainer's scheduler
-        self.pace = pace.Pace(cfg.estimate)
+        self.pace = pace.Pace(cfg.estimate, exit_s=pace.RANKS_EXIT_S if ranks.world() > 1 else 0.0)
         self.applied_lr: float | None = None  # the learning rate of the last optimizer step
         self.more: int | None = None  # steps that still end, and save, before stop_at (None: unknown)
         self.changed: str | None = None  # what the last re-plan did, in words
@@ -64,6 +73,8 @@ class JobCallback(TrainerCallback):
     # -- progress ------------------------------------------------------------------------------
     def write(self, force: bool = False, **fields) -> None:
         self.progress.update(fields)
+        if not self.reports:
+            return
         t = time.monotonic()
         if force or t - self.written >= PROGRESS_EVERY_S:
             self.written = t
@@ -87,13 +98,14 @@ class JobCallback(TrainerCallback):
             self._threads(force=True)
         if model is not None:
             self.pace.save_bytes = checkpoint_bytes(model, adapter=self.cfg.lora is not None, merged=self.cfg.merge_lora)
-        if state.is_world_process_zero:
-            vocab = getattr(getattr(model, "config", None), "vocab_size", None)  # the span of the softmax
-            self.write(force=True, phase="training", total_steps=state.max_steps, started_training_at=iso(),
-                       **({"vocab_size": vocab} if isinstance(vocab, int) else {}))
+        members = ranks.members()  # every rank: a collective
+        vocab = getattr(getattr(model, "config", None), "vocab_size", None)  # the span of the softmax
+        self.write(force=True, phase="training", total_steps=state.max_steps, started_training_at=iso(),
+                   processes={"world_size": len(members), "ranks": members},
+                   **({"vocab_size": vocab} if isinstance(vocab, int) else {}))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or self.t0 is None:
+        if not self.reports or not logs or self.t0 is None:
             return
         elapsed = time.monotonic() - self.t0
         fields = {k: logs[k] for k in ("loss", "learning_rate", "reward", "grad_norm") if k in logs}
@@ -111,15 +123,19 @@ class JobCallback(TrainerCallback):
               " ".join(f"{k}={v}" for k, v in fields.items()), flush=True)
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
-        """Between the optimizer's step and the scheduler's: measure the step, re-plan, so the scheduler
-        sets the next step's rate from the plan as it stands now."""
+        """Between the optimizer's step and the scheduler's: measure the step, agree with the other ranks
+        (rank 0's count of the steps left, any rank's stop request), re-plan, so the scheduler sets the next
+        step's rate from the plan as it stands now, the same on every rank."""
         if self.t0 is None:
             return
         if optimizer is not None and optimizer.param_groups:
             self.applied_lr = optimizer.param_groups[0]["lr"]
         self.pace.step_ended(time.monotonic())
         step = state.global_step + 1  # the trainer counts the step once the scheduler has stepped
-        self.more = self.pace.more_steps((self.stop_at - now()).total_seconds()) if self.stop_at else None
+        more = self.pace.more_steps((self.stop_at - now()).total_seconds()) if self.stop_at else None
+        stop, self.more = ranks.agree(self.requested, more)
+        if stop and self.stop_reason is None:
+            self.stop_reason = STOP_REQUESTED
         self.changed = self.plan.follow(step, self.more) if self.plan else None
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -139,9 +155,10 @@ class JobCallback(TrainerCallback):
                 self.stop_reason = f"reached the final reserve (stop_at {self.cfg.stop_at}){cut}"
         if self.cpus:
             self._threads()
-        if self.dev and state.is_world_process_zero and self.dev.due(step, last=bool(self.stop_reason) or
-                                                                    step >= state.max_steps):
-            self._dev_point(step, control, kwargs)
+        if self.dev and self.dev.due(step, last=bool(self.stop_reason) or step >= state.max_steps):
+            best = self._dev_point(step, kwargs) if state.is_world_process_zero else None
+            if ranks.agree(False, best)[1]:  # a new best: every rank saves (rank 0 writes it)
+                control.should_save = True
         fields = self._timing(state, t - self.t0)
         fields["schedule"] = {**pace.forecast(self.pace, step=step, end=end, total=state.max_steps, at=at,
                                               kind=self.cfg.lr_schedule, stop_at=self.stop_at),
@@ -150,14 +167,13 @@ class JobCallback(TrainerCallback):
             fields["schedule"]["changed"] = changed
             self.progress["schedule_events"] = [*self.progress.get("schedule_events", [])[-4:],
                                                 {"step": step, "at": iso(at), "what": changed}]
-            print(f"[aci] schedule: {changed}", flush=True)
-        if state.is_world_process_zero:
-            self.write(force=bool(changed), **fields)
+            if self.reports:
+                print(f"[aci] schedule: {changed}", flush=True)
+        self.write(force=bool(changed), **fields)
         if self.stop_reason:
             control.should_save = not self.cfg.measure
             control.should_training_stop = True
-            if state.is_world_process_zero:
-                self.write(force=True, stop_reason=self.stop_reason)
+            self.write(force=True, stop_reason=self.stop_reason)
 
     def _threads(self, force: bool = False) -> None:
         """Re-measure the free cores when due and compute with that many threads (`aci.cpus`)."""
@@ -166,16 +182,15 @@ class JobCallback(TrainerCallback):
             self.progress["cpu_threads"] = self.cpus.report()
             print(f"[aci] cpu threads: {changed.why}", flush=True)
 
-    def _dev_point(self, step: int, control, kwargs) -> None:
-        """Score the dev set now; a new best is saved (and so registered) at this step."""
+    def _dev_point(self, step: int, kwargs) -> int:
+        """Score the dev set now; returns 1 at a new best, which is saved (and so registered) at this step."""
         self.write(force=True, phase="scoring the dev set")
         point = self.dev.measure(kwargs["model"], kwargs.get("processing_class") or kwargs.get("tokenizer"), step)
         self.pace.evaluated(time.monotonic(), self.dev.dev.every)
-        if point["best"]:
-            control.should_save = True
         self.write(force=True, phase="training", dev=self.dev.report())
         print(f"[aci] dev {self.dev.dev.metric} at step {step}: {point['score']} on {point['items']} items "
               f"({point['s']} s){', the best so far' if point['best'] else ''}", flush=True)
+        return int(bool(point["best"]))
 
     def _timing(self, state, elapsed: float) -> dict:
         step, total = state.global_step, state.max_steps
@@ -188,13 +203,14 @@ class JobCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.training = False
-        if state.is_world_process_zero:
-            self.write(force=True, phase="finished", step=state.global_step, eta_s=0)
+        self.write(force=True, phase="finished", step=state.global_step, eta_s=0)
 
     def _on_sigterm(self, signum, frame):
         if not self.training:  # nothing to save yet: end now
             raise SystemExit(128 + signum)
-        self.stop_reason = "stop requested"
+        self.requested = True
+        if ranks.world() == 1:  # alone: save at the end of this step; ranks, at the step they agree on
+            self.stop_reason = STOP_REQUESTED
 
     # -- checkpoints -----------------------------------------------------------------------------
     def on_save(self, args, state, control, model=None, **kwargs):

@@ -44,13 +44,32 @@ class Schedule(_Strict):
                                                               "rate rises from 0 to its peak")
     batch_size: int = Field(4, ge=1, description="per device (grpo: completions per device)")
     grad_accum: int = Field(4, ge=1, description="micro-batches accumulated into one optimizer step (batch per "
-                                                 "step: batch_size x grad_accum x GPUs)")
+                                                 "step: batch_size x grad_accum x processes)")
     gradient_checkpointing: bool | None = Field(None, description="default: on with CUDA")
     save_steps: int = Field(200, ge=1, description="save and register a checkpoint every N steps (and at the end)")
     keep_checkpoints: int = Field(3, ge=0, description="checkpoints of the job kept on disk: older ones are deleted "
                                                        "as new ones are saved, except a promoted one (0 = keep all)")
     logging_steps: int = Field(10, ge=1, description="log loss, learning rate and throughput every N steps")
     seed: int = Field(0, description="seed of the data order, of new weights (LoRA) and of sampling (grpo)")
+
+
+class Machines(_Strict):
+    """accelerate's settings for a job whose ranks span several machines (`train start` runs on each, the
+    same but for `machine_rank`), or its config file: passed to `accelerate launch` as they are
+    (`aci.training.launch.command`), so a job runs where a cluster's own launcher (SLURM, a cloud's job
+    runner) gives each machine its number and the main one's address."""
+
+    num_machines: int = Field(1, ge=1, description="several machines: how many take part (accelerate's "
+                                                   "--num_machines)")
+    machine_rank: int = Field(0, ge=0, description="several machines: this one's number, 0 for the main one "
+                                                   "(accelerate's --machine_rank)")
+    main_process_ip: str | None = Field(None, description="several machines: the main one's address "
+                                                          "(accelerate's --main_process_ip)")
+    main_process_port: int | None = Field(None, ge=1, le=65535, description="several machines: the main one's "
+                                                                           "port (accelerate's --main_process_port)")
+    accelerate_config: str | None = Field(None, description="an `accelerate config` file, passed as --config_file: "
+                                                            "its settings launch the job; --processes defaults to its "
+                                                            "num_processes")
 
 
 class LoraSettings(_Strict):
@@ -108,7 +127,9 @@ class TrainConfig(Schedule):
     merge_lora: bool = False
     learning_rate: float = Field(gt=0)
     deepspeed: str | None = Field(None, description="DeepSpeed config file passed as TrainingArguments.deepspeed")
-    num_processes: int = Field(1, ge=1, description="> 1: launched with `accelerate launch`")
+    num_processes: int = Field(1, ge=1, description="ranks over all machines; > 1 (or `machines` given): launched "
+                                                    "with `accelerate launch`")
+    machines: Machines | None = Field(None, description="accelerate's multi-machine settings or config file")
     grpo: GrpoSettings | None = None
     dev: DevSettings | None = Field(None, description="the dev curve (aci.training.dev), None without --dev-set")
     stop_at: str | None = Field(None, description="ISO time the job saves and stops at (deadline minus reserve)")

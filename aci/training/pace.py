@@ -9,7 +9,10 @@ measured, the start gate's estimate (`TrainConfig.estimate`) stands in, named as
 the mean of the steps so far). The save time is measured at every save (writing the checkpoint and
 registering it); before the first it is estimated from the bytes the checkpoint will hold at an
 assumed `ASSUMED_WRITE_BPS`, and the forecast says which. The job keeps `SAVE_SAFETY` times that free
-before its stop time for its last save.
+before its stop time for its last save, and with several ranks `RANKS_EXIT_S` more for them to end:
+each then exits through the interpreter's full teardown (its process group's too) and the launcher
+waits for all, 2 s after the last save on this 2-core machine against under 1 s for one process, so a
+job planned to the second was still ending at its stop time and was stopped there.
 
 Pure arithmetic on times (no heavy import): shared by the job's callback and the tests.
 """
@@ -28,11 +31,13 @@ HEADROOM = 1.1
 ASSUMED_WRITE_BPS = 200e6  # a modest disk's sustained write: only until the first save is measured
 SAVE_FIXED_S = 2.0  # registering a checkpoint (its content hash, one git commit), assumed likewise
 SAVE_SAFETY = 1.5
+RANKS_EXIT_S = 5.0
 
 
 class Pace:
-    def __init__(self, estimate: dict | None = None):
+    def __init__(self, estimate: dict | None = None, exit_s: float = 0.0):
         self.estimate = estimate or {}
+        self.exit_s = exit_s  # kept free after the last save for the job's processes to end
         self.durations: deque[float] = deque(maxlen=WINDOW)
         self.last_end: float | None = None
         self.mark: float | None = None  # when the last step, save or evaluation ended
@@ -91,11 +96,12 @@ class Pace:
             f"estimated from {self.save_bytes / 1e6:,.1f} MB at an assumed {ASSUMED_WRITE_BPS / 1e6:.0f} MB/s"
 
     def more_steps(self, seconds_left: float) -> int | None:
-        """How many more steps end, with the last save, within `seconds_left` (None: no rate known yet)."""
+        """How many more steps end, with the last save (and the exit), within `seconds_left` (None: no rate known
+        yet)."""
         step_s, _ = self.step_s()
         if step_s is None:
             return None
-        return max(0, math.floor((seconds_left - SAVE_SAFETY * self.save_time()[0]) /
+        return max(0, math.floor((seconds_left - SAVE_SAFETY * self.save_time()[0] - self.exit_s) /
                                  (HEADROOM * (step_s + self.eval_per_step))))
 
 

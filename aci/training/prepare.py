@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from aci.jobs import JobView
 from aci.training import batch, chance, datacheck, dev, gates, hardware, tokenized
 from aci.training import config as config_mod
 from aci.training.config import GrpoSettings, LoraSettings, TrainConfig
+from aci.training.launch import command, launch_settings
 from aci.training.request import LORA_TARGETS, TrainRequest, default_learning_rate
 
 MEASURE_TIMEOUT_S = 1800
@@ -151,6 +151,7 @@ def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, 
     """The job's config from a checked request: request settings as given, defaults resolved, paths absolute,
     and the hash of the data the gates passed (the job trains only on bytes with that hash)."""
     data = Path(req.data)
+    processes, machines = launch_settings(req, ctx)
     stop_at = ctx.clock.deadline - ctx.clock.reserve if ctx.clock.deadline else None
     use_vllm = req.use_vllm if req.use_vllm is not None else importlib.util.find_spec("vllm") is not None and _cuda()
     schedule = req.lr_schedule or ("wsd" if stop_at else "cosine")  # wsd needs a stop time to aim at
@@ -165,7 +166,7 @@ def job_config(req: TrainRequest, ctx: Context, job_id: str, src: gates.Source, 
         lora=LoraSettings(r=req.lora_r, alpha=req.lora_alpha, dropout=req.lora_dropout,
                           target_modules=req.lora_targets or LORA_TARGETS) if req.lora else None,
         merge_lora=req.merge_lora and req.lora, learning_rate=req.rate, deepspeed=deepspeed,
-        num_processes=req.num_gpus,
+        num_processes=processes, machines=machines,
         grpo=GrpoSettings(num_generations=req.num_generations, max_completion_length=req.max_completion_length,
                           temperature=req.temperature, beta=req.beta, use_vllm=use_vllm, grader=req.grader,
                           unsafe_grader=req.unsafe_grader)
@@ -187,10 +188,11 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
     src = gates.resolve_model(ctx, req.model)
     template_path = gates.resolve_template(ctx, req.template)
     deepspeed = deepspeed_config(req, ctx)
-    completions = req.batch_size * req.grad_accum * req.num_gpus
+    processes = launch_settings(req, ctx)[0]
+    completions = req.batch_size * req.grad_accum * processes
     if req.method == "grpo" and completions % req.num_generations:
-        raise ACIError(f"grpo: batch_size x grad_accum x num_gpus = {completions} completions must be a multiple "
-                       f"of num_generations={req.num_generations}")
+        raise ACIError(f"grpo: batch_size x grad_accum x processes = {completions} completions must be a "
+                       f"multiple of num_generations={req.num_generations}")
     dev_settings, dev_warnings = dev.settings(req, ctx)
     report, warnings = inspect_data(req, ctx, src.path, template_path, data_sha256)
     warnings = [*warnings, *code_sandbox(req, ctx, report), *dev_warnings]
@@ -204,11 +206,11 @@ def prepare(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[
     if req.method == "sft":
         report["work"] = gates.sft_work(rows, seq_per_sample, report["mean_tokens"], packing=_packs(req),
                                         max_length=req.max_length, batch=req.batch_size, grad_accum=req.grad_accum,
-                                        processes=req.num_gpus, epochs=req.epochs, max_steps=req.max_steps)
+                                        processes=processes, epochs=req.epochs, max_steps=req.max_steps)
     else:
         report["work"] = gates.grpo_work(rows, report["mean_tokens"], completion=req.max_completion_length,
                                          generations=req.num_generations, batch=req.batch_size,
-                                         grad_accum=req.grad_accum, processes=req.num_gpus, epochs=req.epochs,
+                                         grad_accum=req.grad_accum, processes=processes, epochs=req.epochs,
                                          max_steps=req.max_steps)
     report["rows"] = rows
     return cfg, report, warnings
@@ -292,14 +294,6 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def command(cfg: TrainConfig, config_path: Path) -> list[str]:
-    """`python -m aci.training.run CONFIG`, under `accelerate launch` for several GPUs (DeepSpeed, when asked,
-    is set up by the trainer from the config's `deepspeed` file)."""
-    launcher = ["-m", "accelerate.commands.launch", "--num_processes", str(cfg.num_processes)] \
-        if cfg.num_processes > 1 else []
-    return [sys.executable, *launcher, "-m", "aci.training.run", str(config_path)]
-
-
 def launch(ctx: Context, cfg: TrainConfig, message: str, exclusive: bool = False) -> JobView:
     """Start the job as a supervised process (`aci.jobs`); `exclusive` refuses it, under the state lock,
     while another train job runs."""
@@ -322,7 +316,7 @@ def probe_rates(ctx: Context, cfg: TrainConfig, req: TrainRequest) -> dict:
     from aci.training import probe
 
     if cfg.method != "sft" or cfg.num_processes > 1:
-        raise ACIError("--lr-probe runs SFT on one process (one GPU); drop --method grpo or --num-gpus")
+        raise ACIError("--lr-probe runs SFT on one process (one GPU); drop --method grpo or --processes")
     rates = [cfg.learning_rate * f for f in probe.FACTORS]
     view = measurement(ctx, cfg, {"max_steps": req.lr_probe_steps, "lr_probe": rates, "lr_schedule": "constant",
                                   "warmup_ratio": 0.0, "find_batch": False},

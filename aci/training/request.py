@@ -3,7 +3,8 @@
 The `train` tool's input is `ToolInput` plus this model (its MCP and CLI options are these fields);
 `aci.training.prepare.job_config` turns a checked request into the job's `TrainConfig`. The settings the
 job uses as given come from `config.Schedule`; the LoRA and GRPO ones are flat here (`--lora-r`,
-`--num-generations`) and nested in the config. No heavy import: the tool imports this module.
+`--num-generations`) and nested in the config, and so are the launch settings for several machines
+(`config.Machines`). No heavy import: the tool imports this module.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from aci.sampling import MaxNewTokens, Temperature
-from aci.training.config import Schedule
+from aci.training.config import Machines, Schedule
 
 LORA_TARGETS = "all-linear"  # what PEFT adapts when no module names are given
 # Common starting points: LoRA tolerates ~10x the full fine-tuning rate; RL wants far smaller steps.
@@ -28,7 +29,7 @@ def _e(x: float) -> str:
     return f"{x:.0e}".replace("e-0", "e-")  # 2e-5, as the Markdown writes it
 
 
-class TrainRequest(Schedule):
+class TrainRequest(Schedule, Machines):
     method: Literal["sft", "grpo"] = Field("sft", description="sft: samples with assistant turns; grpo: task "
                                                               "records rewarded by their grader")
     data: str | None = Field(None, description="JSONL/JSON file: SFT samples (messages, prompt/completion, "
@@ -70,7 +71,9 @@ class TrainRequest(Schedule):
     dev_max_new_tokens: MaxNewTokens = Field(256, le=8192, description="--dev-set: new tokens per reply (set the "
                                                                        "evaluation's limit)")
     deepspeed: str | None = Field(None, description="zero2, zero3 (shipped configs) or a DeepSpeed JSON file")
-    num_gpus: int = Field(1, ge=1, description="> 1: launch with `accelerate launch --num_processes N`")
+    processes: int = Field(1, ge=1, description=(
+        "training processes, each with its share of every batch: one per GPU (on CPU, several share the cores); "
+        "> 1 launches `accelerate launch --multi_gpu --num_processes N` (the total over all machines)"))
     tokens_per_s: float | None = Field(None, gt=0, description="declared throughput for the deadline check "
                                                                "(default: measured by earlier jobs)")
     measure_steps: int = Field(0, ge=0, le=100, description="dry-run: run this many steps as a job to measure "

@@ -1,4 +1,5 @@
-"""The training job: `python -m aci.training.run <config.json>` (or under `accelerate launch`).
+"""The training job: `python -m aci.training.run <config.json>` (or under `accelerate launch`, once per rank:
+`aci.training.ranks`).
 
 Reads the resolved config written by the `train` tool, renders the data with the evaluation's template,
 and runs TRL's `SFTTrainer` or `GRPOTrainer` with the job callback. Works with TRL 0.27 / transformers
@@ -19,7 +20,7 @@ from aci import jobs, processes, templates
 from aci.errors import ACIError
 from aci.state import iso
 from aci.training import config as config_mod
-from aci.training import data, hardware, schedule, tokenized
+from aci.training import data, hardware, ranks, schedule, tokenized
 from aci.training.config import TrainConfig
 
 
@@ -266,10 +267,15 @@ def prepare(cfg: TrainConfig, launched: float):
 
 def main(argv: list[str]) -> int:
     launched = time.monotonic()
+    ranks.die_with_launcher()
     cfg = config_mod.load(argv[0])
-    jobs.write_progress({"phase": "preparing", "step": 0, "job": cfg.job,
-                         "preparing": {"what": "importing torch, transformers and TRL", "since": iso()}})
+    if ranks.reports():
+        jobs.write_progress({"phase": "preparing", "step": 0, "job": cfg.job,
+                             "preparing": {"what": "importing torch, transformers and TRL", "since": iso()}})
     try:
+        if ranks.world() != cfg.num_processes:
+            raise ACIError(f"the job asked for {cfg.num_processes} processes but the launcher started "
+                           f"{ranks.world()} (its arguments, or an accelerate config file, decide how many)")
         trainer, callback = prepare(cfg, launched)
     except ACIError as e:
         print(f"[aci] refused: {e}", flush=True)
