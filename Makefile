@@ -34,7 +34,7 @@ HARBOR     := .ci/harbor
 HARBOR_PYTHON ?= $(shell pyenv root 2>/dev/null)/versions/3.12.1/bin/python
 NPM        ?= npm
 
-.PHONY: setup demo test test-deps chromium bubblewrap clis wheelhouse harbor bench compat lint clean
+.PHONY: setup demo test test-deps chromium bubblewrap clis wheelhouse harbor bench compat deepspeed lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -111,8 +111,20 @@ $(COMPAT_VENV)/.installed: pyproject.toml ci/compat-constraints.txt
 compat: $(COMPAT_VENV)/.installed
 	$(COMPAT_VENV)/bin/pytest $(PYTEST_ARGS) $(COMPAT_TESTS)
 
+# DeepSpeed ZeRO-2/3 end to end (tests/test_train_deepspeed.py): pinned in .ci/deepspeed/requirements.txt,
+# installed beside the venv's torch (--no-deps; --no-build-isolation: its setup imports torch) into a
+# folder of its own, so the other lanes keep running without DeepSpeed, as the PostTrainBench image does.
+DEEPSPEED := .ci/deepspeed
+
+$(DEEPSPEED)/lib/.installed: $(DEEPSPEED)/requirements.txt | setup
+	$(PY) -m pip install -q --no-deps --no-build-isolation --target $(DEEPSPEED)/lib -r $(DEEPSPEED)/requirements.txt
+	touch $@
+
+deepspeed: $(DEEPSPEED)/lib/.installed
+	PYTHONPATH=$(abspath $(DEEPSPEED)/lib) $(VENV)/bin/pytest $(PYTEST_ARGS) tests/test_train_deepspeed.py
+
 lint: setup
 	$(VENV)/bin/ruff check aci tests bench
 
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) demo-work .pytest_cache .ci/wheels $(CLIS)/*/node_modules $(CLIS)/*/.installed $(HARBOR)/venv
+	rm -rf $(VENV) $(COMPAT_VENV) $(DEEPSPEED)/lib demo-work .pytest_cache .ci/wheels $(CLIS)/*/node_modules $(CLIS)/*/.installed $(HARBOR)/venv
