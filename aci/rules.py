@@ -103,7 +103,7 @@ class FinalEval(_Strict):
 
 class Transfer(_Strict):
     """How large each of final_model's files may be: a harness copies the folder out file by file, and a
-    copy can fail on one large file (PostTrainBench's Harbor runs fail on a file over 5 GiB)."""
+    copy can fail on one large file (transfers of a file over 5 GiB have failed)."""
 
     shard_bytes: int = Field(ge=1, description="promotion writes the weights in safetensors files of at most "
                                                "this many bytes of tensors (a single larger tensor is a file "
