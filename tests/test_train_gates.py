@@ -19,7 +19,7 @@ from aci.errors import ACIError
 from aci.state import now
 from aci.training import data as training_data
 from tests.conftest import mcp_client
-from tests.train_helpers import FAST, bench_items, call, ctx_for, make_run, sft_rows, write_jsonl
+from tests.train_helpers import FAST, bench_items, call, ctx_for, make_run, sft_rows, task_rows, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +189,12 @@ def test_grpo_checks_report_prompts_and_graders(run):
     checked(run, run / "nograder.jsonl")
     with pytest.raises(ACIError, match=r"^task 'a' .*--grader"):
         call(run, action="dry-run", method="grpo", data="nograder.jsonl", **grpo)
+    touched = run / "touched"  # a row's own program grader is refused before the job, never built or run
+    write_jsonl(run / "programs.jsonl", task_rows(4, grader={"type": "command", "command": ["touch", str(touched)]}))
+    checked(run, run / "programs.jsonl")
+    with pytest.raises(ACIError, match=r"^task 'add-0' names the grader 'command', which runs a program"):
+        call(run, action="dry-run", method="grpo", data="programs.jsonl", **grpo)
+    assert not touched.exists()
 
 
 def test_a_refusal_reaches_the_agent_through_mcp(run):

@@ -125,7 +125,7 @@ def check_graders(req: TrainRequest, ctx: Context, raw_tasks: list[str]) -> list
     kinds = set()
     for raw in raw_tasks:
         task = json.loads(raw)
-        spec = task.get("grader") or req.grader
+        spec = graders.task_spec(task, req.grader)  # a row's own program grader is refused here, never built
         if spec is None:
             raise ACIError(f"task {task['id']!r} names no grader: pass --grader (e.g. final-answer)")
         kinds.add(graders.grader_for(spec, workdir=ctx.workdir, unsafe_grader=req.unsafe_grader).name)
