@@ -18,6 +18,8 @@ One module per concern, so each can be read against the judge's rules on its own
 - `prefilter`: the same pruning for thousands of rows at once (numpy), before any row is scanned.
 - `short`: the items too short for the judge's algorithm, sought by exact and normalised match.
 - `close`: rows that closely resemble one test item (its story or its numbers), weighed by rarity.
+- `short_close`: close variants of the short items (their numbers in order in their own wording, or
+  with their answer in other wording), not of what their template shares with its siblings.
 - `wordids`, `lookup`: the prefilter's word table and hash lookup, without a Python object per word.
 - `ngram13`: mode `ngram13`, any shared 13-word sequence.
 - `report`: matches and the report; `check` below runs a mode over a file.
@@ -85,7 +87,7 @@ def _check(reference: Iterable[RefItem], rows: Iterable[Row], mode: Mode, thresh
         report.rows += 1
         if matches:
             if len(matches) > 1:
-                matches.sort(key=lambda m: (LABELS.index(m.label), -m.score, m.item))
+                matches.sort(key=Match.rank)
             entry = {"row": r.index, "line": r.line, "id": r.id, "label": matches[0].label,
                      "score": round(matches[0].score, 4), "matches": [m.as_dict(refs) for m in matches[:keep_matches]]}
             (report.flagged if matches[0].label in COPIES else report.close).append(entry)

@@ -19,7 +19,10 @@ an item by
   the row holds at least 3 of them and 70 % of their weight, and that weight is at least ln N + ln 1000
   (by chance, fewer than one item in a thousand would hold them all); or, where the row also holds 30 %
   of the item's story and every number of its question (at least 2), at least ln N: the same numbers
-  and operation in another story, or the item's own numbers under other names.
+  and operation in another story, or the item's own numbers under other names. Not for the items too
+  short for the judge's score: a short item's numbers are `short_close`'s to weigh, in their order and
+  with their result, since as a set alone they also match a sibling's (72 - 67 = 5 holds the numbers of
+  72 - 5 = 67).
 
 A batch is decided with numpy on the word ids the prefilter already has (the reference's words pinned
 in `wordids`): only the words that can make a pair pass (each item's specific words, and its rarest
@@ -35,6 +38,7 @@ from itertools import chain
 import numpy as np
 
 from aci.contamination.lookup import distinct, distinct_inverse, ranges
+from aci.contamination.report import CLOSE_COMPONENTS
 from aci.contamination.rules import EPS, MIN_UNIQUE_WORDS
 
 STORY_SHARE = 0.7
@@ -43,9 +47,9 @@ SPECIFICITY = 2.0
 NUMBERS_SHARE, MIN_NUMBERS = 0.7, 3
 CHANCE = math.log(1000)
 STORY_WITH_NUMBERS = 0.3
+MATCHED_WORDS = 12  # of the words a close row holds of its item, the rarest this many are shown
 MIN_STRIDE = 128  # words: windows are twice the longest item, at least this
-STORY, NUMBERS = 0, 1  # the component of a match
-COMPONENTS = ("story", "numbers")
+STORY, NUMBERS = CLOSE_COMPONENTS.index("story"), CLOSE_COMPONENTS.index("numbers")  # a match's component
 _NONE = np.iinfo(np.int64).max  # ends a sorted table of cells: no cell equals it
 
 
@@ -95,21 +99,24 @@ class Sets:
 class CloseIndex:
     """The reference's words per item, as keys (`key`: word -> its pinned id), and `find` over a batch."""
 
-    def __init__(self, fields: list[tuple[list[str], ...]], key: dict[str, int]):
-        """`fields`: each item's question, answer and passage words."""
+    def __init__(self, fields: list[tuple[list[str], ...]], key: dict[str, int], short: list[int] = ()):
+        """`fields`: each item's question, answer and passage words; `short`: the items whose numbers
+        `short_close` weighs (in their order and with their result), not the `numbers` rule here."""
         n, v = len(fields), len(key)
         self.n_items, self.n_keys = n, v
         question = [set(map(key.__getitem__, f[0])) for f in fields]
-        every = [q.union(map(key.__getitem__, chain.from_iterable(f[1:]))) for q, f in zip(question, fields,
-                                                                                           strict=True)]
+        every = [dict.fromkeys(map(key.__getitem__, chain.from_iterable(f))) for f in fields]  # in the item's order
         q_owner, q_keys = _flat(question)
         owner, keys = _flat(every)
+        self.every, self.every_count = keys, np.bincount(owner, minlength=n)  # each item's distinct words, for `matched`
+        self.every_start = np.cumsum(self.every_count) - self.every_count
         df = np.maximum(np.bincount(keys, minlength=v), 1).astype(np.float64)
         number = np.zeros(v + 1, bool)  # per key, and n_keys (a word not in the reference)
         number[[k for w, k in key.items() if w.isdigit()]] = True
         letters = np.zeros(v, bool)  # a word of letters only: not a number, code or escape (u00e9)
         letters[[k for w, k in key.items() if w.isalpha()]] = True
         story_w, evidence = 1.0 / df, np.log(n / df)
+        self.evidence, self.number = evidence, number  # per key: what holding it says, and whether it is a number
         self.specific = np.append((df <= max(SPECIFIC_DF, SPECIFIC_SHARE * n)) & letters, False)
 
         def story(owner: np.ndarray, keys: np.ndarray) -> Sets:  # items with fewer than 4 such words have none
@@ -127,19 +134,20 @@ class CloseIndex:
         self.ln_n = math.log(n) if n else 0.0
         nums = self.all_numbers
         counted = (nums.count >= MIN_NUMBERS) & (nums.total >= self.ln_n)
+        counted[list(short)] = False
         # story: each item's specific words, looked up in every window
         mine = self.specific[self.all_story.keys]
-        self.story_post = _Postings(self.all_story.keys[mine], np.repeat(np.arange(n), self.all_story.count)[mine],
-                                    story_w[self.all_story.keys[mine]], v)
+        self.story_post = Postings(self.all_story.keys[mine], np.repeat(np.arange(n), self.all_story.count)[mine],
+                                   story_w[self.all_story.keys[mine]], v)
         # numbers: an item is a candidate where a window holds its rarest number, and then its second rarest
         items = np.flatnonzero(counted)
-        self.rarest = _Postings(nums.keys[nums.start[items]], items, np.zeros(len(items)), v)
+        self.rarest = Postings(nums.keys[nums.start[items]], items, np.zeros(len(items)), v)
         self.second = np.zeros(n, np.int64)
         self.second[items] = nums.keys[nums.start[items] + 1]
         scored = np.zeros(v + 1, bool)  # the numbers of the items the numbers rule counts, all scored
         scored[nums.keys[counted[np.repeat(np.arange(n), nums.count)]]] = True
         self.scanned = self.specific | scored  # the words each window is read for
-        self.checked = int(np.count_nonzero((self.all_story.count > 0) | counted))
+        self.checks = (self.all_story.count > 0) | counted  # per item: whether a rule here can find its variants
         self.stride = max(MIN_STRIDE, max((len(s) for s in every), default=0))
         self.dense = np.zeros(DENSE_CELLS, bool)  # `find`'s table, all False between calls
 
@@ -194,6 +202,42 @@ class CloseIndex:
         first = np.ones(len(text), bool)
         first[1:] = (text[1:] != text[:-1]) | (item[1:] != item[:-1])
         return text[first], item[first], component[first], score[first], required[first]
+
+    def matched(self, ids: np.ndarray, per_text: np.ndarray, text: np.ndarray, item: np.ndarray, vocab: list[str]
+                ) -> list[dict[str, list[str]]]:
+        """Per (text, item) pair of a batch (`ids`, `per_text`: its texts' word ids, `vocab`: the pinned words),
+        what of the item the text holds, so that a reader sees why it is close: the item's numbers in its
+        own order (question, answer, passage), and its other words, rarest first (MATCHED_WORDS at most)."""
+        v, pairs = self.n_keys, len(text)
+        if not pairs:
+            return []
+        end = np.cumsum(per_text)
+        texts = distinct(text)
+        at = ranges(end[texts] - per_text[texts], per_text[texts])
+        local = np.repeat(np.arange(len(texts)), per_text[texts])
+        mine = np.flatnonzero(ids[at] < v)
+        cells = local[mine] * v + ids[at[mine]]
+        counts = self.every_count[item]
+        e, pair = ranges(self.every_start[item], counts), np.repeat(np.arange(pairs), counts)
+        want = np.searchsorted(texts, text)[pair] * v + self.every[e]
+        if len(texts) * v <= DENSE_CELLS:
+            self.dense[cells] = True
+            hit = np.flatnonzero(self.dense[want])
+            self.dense[cells] = False
+        else:
+            hit = np.flatnonzero(_sorted(np.append(distinct(cells), _NONE))(want))
+        e, pair = e[hit], pair[hit]
+        key = self.every[e]
+        number = self.number[key]
+        order = np.lexsort((np.where(number, e, -self.evidence[key]), ~number, pair))
+        key, pair, number = key[order], pair[order], number[order]
+        n_numbers, n_held = np.bincount(pair[number], minlength=pairs), np.bincount(pair, minlength=pairs)
+        rank = np.arange(len(key)) - (np.cumsum(n_held) - n_held)[pair] - n_numbers[pair]  # of the words: 0 the rarest
+        shown = number | (rank < MATCHED_WORDS)
+        words = [vocab[k] for k in key[shown].tolist()]
+        cut = np.cumsum(np.bincount(pair[shown], minlength=pairs)).tolist()
+        return [{"numbers": words[a:a + n], "words": words[a + n:b]}
+                for a, b, n in zip([0, *cut[:-1]], cut, n_numbers.tolist(), strict=True)]
 
     def _windows(self, at, ids, per_text, text_end, width: int, scale: int = 1, text=None) -> tuple[np.ndarray, np.ndarray]:
         """(window * scale, key) of each word at `at` (in `text`, when known), in each of the (at most two)
@@ -257,7 +301,7 @@ class CloseIndex:
         return passed, win[named] * self.n_items + item[named], share[named]
 
 
-class _Postings:
+class Postings:
     """key -> (item, weight) entries, sorted by key."""
 
     def __init__(self, keys: np.ndarray, items: np.ndarray, weights: np.ndarray, n_keys: int):

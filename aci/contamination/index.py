@@ -17,7 +17,7 @@ from functools import cached_property
 
 from aci.contamination.inputs import RefItem, Row
 from aci.contamination.judge import Item, JudgeScan, RowView
-from aci.contamination.report import Match
+from aci.contamination.report import SHORT_CLOSE, Match
 from aci.contamination.rules import (
     A_N,
     EPS,
@@ -157,8 +157,9 @@ class SimpleIndex(JudgeScan):
     def coverage(self) -> dict[str, int]:
         """Reference items per rule: checked by the judge's, by exact match (short ones the judge skips), for
         close variants, and by neither of the first two."""
-        short = self.prefilter.short
-        return {"judge": len(self.items), "short": len(short.checked), "close": self.prefilter.close.checked,
+        short, close = self.prefilter.short, self.prefilter.close.checks.copy()
+        close[self.prefilter.short_close.checked] = True
+        return {"judge": len(self.items), "short": len(short.checked), "close": int(close.sum()),
                 "unchecked": len(short.unchecked)}
 
     def scan_rows(self, rows: Iterable[Row]) -> Iterator[tuple[Row, list[Match]]]:
@@ -180,18 +181,24 @@ class SimpleIndex(JudgeScan):
                 extra = found.get(k)
                 yield r, (matches + self._extra(r, extra, {m.item for m in matches})) if extra else matches
 
-    def _extra(self, r: Row, extra: list[tuple[str, int, str, float, float]], have: set[int]) -> list[Match]:
+    def _extra(self, r: Row, extra: list[tuple[str, int, str, float, float, dict | None]], have: set[int]
+               ) -> list[Match]:
         """The prefilter's short and close matches of a row as Matches, one per item the row does not match
-        already: a short item's is `exact` when its question is in the row as written."""
+        already (a copy before a close match; of close matches, the short items' own rules first, then the
+        highest score): a short item's is `exact` when its question is in the row as written."""
         out: dict[int, Match] = {}
-        for label, item, component, score, required in sorted(extra, key=lambda e: (e[0] != "short", -e[3])):
+
+        def rank(e: tuple) -> tuple:
+            return e[0] != "short", e[2] not in SHORT_CLOSE, -e[3]
+
+        for label, item, component, score, required, matched in sorted(extra, key=rank):
             if item in have or item in out:
                 continue
             if label == "short":
                 question = self.refs[item].question.strip()
                 written = bool(question) and any(question in t for t in (r.text, r.tool_text) if t)
                 component = "exact" if written else "normalised"
-            out[item] = Match(item, score, required, label, component)
+            out[item] = Match(item, score, required, label, component, matched=matched)
         return list(out.values())
 
     def _codes(self, grams: list[tuple], allowed: Mapping[int, float | None] | None = None) -> set[int]:

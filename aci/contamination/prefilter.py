@@ -36,12 +36,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from aci.contamination.close import COMPONENTS, CloseIndex
+from aci.contamination.close import CloseIndex
 from aci.contamination.inputs import Row
 from aci.contamination.judge import Item
 from aci.contamination.lookup import SortedHashes, distinct, distinct_inverse, ranges
+from aci.contamination.report import CLOSE_COMPONENTS
 from aci.contamination.rules import A_N, EPS, Q_MAX_MISSES, Q_N, relaxed
 from aci.contamination.short import ShortIndex
+from aci.contamination.short_close import ShortCloseIndex
 from aci.contamination.stricter import JUDGE, Code
 from aci.contamination.wordids import WordIds
 
@@ -222,7 +224,8 @@ class Prefilter:
         key = {w: k for k, w in enumerate(vocab)}
         self.words = WordIds(index.tokens, vocab)
         self.short = ShortIndex(fields, index.skipped_at, key)
-        self.close = CloseIndex(fields, key)
+        self.close = CloseIndex(fields, key, index.skipped_at)
+        self.short_close = ShortCloseIndex(fields, index.skipped_at, key, self.close.evidence, self.close.specific)
         # the stricter checks' codes, whose shares `alone_shares` computes where their integer weights' sums
         # are exact in float64
         self.alone = np.array([c.check != JUDGE for c in checks], bool)
@@ -236,7 +239,8 @@ class Prefilter:
 
     def check(self, rows: list[Row]) -> tuple[list[dict[int, float | None] | None], dict[int, list[tuple]]]:
         """`keep`'s answer, and the short items' copies and the close variants found in the rows, as
-        (label, item, component, score, required) per row that has any (by its position in `rows`).
+        (label, item, component, score, required, matched) per row that has any (by its position in
+        `rows`; `matched`: what of the item a close row holds, `CloseIndex.matched`, else None).
 
         The batch's texts are the rows' own texts in order, then the few texts the judge's tool would
         read besides (`Row.tool_text`), so that text k is row k's for most texts."""
@@ -261,9 +265,15 @@ class Prefilter:
         found: dict[int, list[tuple]] = {}
         if self.short:
             for t, i in zip(*(a.tolist() for a in self.short.find(ids, per_text)), strict=True):
-                found.setdefault(owner[t], []).append(("short", i, "", 1.0, 1.0))
-        for t, i, c, s, need in zip(*(a.tolist() for a in self.close.find(ids, per_text, main)), strict=True):
-            found.setdefault(owner[t], []).append(("close", i, COMPONENTS[c], s, need))
+                found.setdefault(owner[t], []).append(("short", i, "", 1.0, 1.0, None))
+        finds = [self.close.find(ids, per_text, main)]
+        if self.short_close:
+            finds.append(self.short_close.find(ids, per_text, main, self.words.digits[ids]))
+        text, item, component, score, need = (np.concatenate(a) for a in zip(*finds, strict=True))
+        matched = self.close.matched(ids, per_text, text, item, self.words.pinned)
+        for t, i, c, s, r, m in zip(text.tolist(), item.tolist(), component.tolist(), score.tolist(), need.tolist(),
+                                    matched, strict=True):
+            found.setdefault(owner[t], []).append(("close", i, CLOSE_COMPONENTS[c], s, r, m))
         return out, found
 
     def survivors(self, ids: np.ndarray, per_text: np.ndarray, main: np.ndarray

@@ -18,6 +18,9 @@ MODES: tuple[str, ...] = get_args(Mode)
 # Labels, strongest first: the judge's algorithm; our stricter checks; a short item's copy; a close variant
 LABELS = ("judge", "stricter", "short", "close")
 COPIES = LABELS[:3]  # a row with one of these holds a test item; `close` only resembles one
+# A close match's component: what resembles the item (`close`'s rules, then `short_close`'s for short items)
+SHORT_CLOSE = ("template", "reworded")
+CLOSE_COMPONENTS = ("story", "numbers", *SHORT_CLOSE)
 
 
 @dataclass
@@ -27,10 +30,17 @@ class Match:
     required: float
     label: str  # one of LABELS
     component: str  # "combined" (the judge's weighted score), "question" or "answer" (alone), "ngram13";
-    # short: "exact" or "normalised"; close: "story" or "numbers"
+    # short: "exact" or "normalised"; close: one of CLOSE_COMPONENTS
     question: float = 0.0
     answer: float | None = None
     passage: float | None = None
+    matched: dict | None = None  # close: the item's numbers and words the row holds (`CloseIndex.matched`)
+
+    def rank(self) -> tuple:
+        """A row's matches sort by this, best first: by label, a close match by a short item's numbers and
+        answer in other wording (`reworded`, its score a weight, not a share) after the others, then by
+        score."""
+        return LABELS.index(self.label), self.component == "reworded", -self.score, self.item
 
     def as_dict(self, refs: list[RefItem]) -> dict:
         out = {**refs[self.item].head, "label": self.label, "component": self.component,
@@ -41,6 +51,8 @@ class Match:
             out["answer"] = round(self.answer, 4)
         if self.passage is not None:
             out["passage"] = round(self.passage, 4)
+        if self.matched is not None:
+            out["matched"] = self.matched
         return out
 
 

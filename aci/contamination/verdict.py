@@ -97,7 +97,9 @@ class Result(Record):
     contaminated: list[dict] = Field(default_factory=list, description="line, id, label (judge|stricter|short), "
                                                                        "score, matches (test item, its line and "
                                                                        "excerpt, score, component, label)")
-    close_rows: list[dict] = Field(default_factory=list, description="the close rows, the same way (label close)")
+    close_rows: list[dict] = Field(default_factory=list, description="the close rows, the same way (label close), "
+                                                                     "each match with what of the item the row "
+                                                                     "holds (matched: numbers, words)")
     clean_output: str | None = None
     kept_rows: int | None = None
     manifest: str | None = None

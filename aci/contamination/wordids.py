@@ -56,9 +56,10 @@ def split(texts: list[str]) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
 
 
 class WordIds:
-    """word -> id, id -> its tokens (`flat[offset:offset + length]`), filled as words are met. The
-    `pinned` words (the reference's) take ids 0, 1, ... in their order, also after the table starts
-    over, so that an id below `len(pinned)` is that reference word for the checks that read ids."""
+    """word -> id, id -> its tokens (`flat[offset:offset + length]`) and whether it is a number (`digits`:
+    a word of digits), filled as words are met. The `pinned` words (the reference's) take ids 0, 1, ... in
+    their order, also after the table starts over, so that an id below `len(pinned)` is that reference word
+    for the checks that read ids."""
 
     def __init__(self, tokens, pinned: list[str] = ()):
         self.tokens = tokens  # text.Tokens: " " + word -> cl100k tokens
@@ -70,6 +71,7 @@ class WordIds:
         self.flat = np.zeros(0, np.uint64)
         self.offset = np.zeros(0, np.int64)
         self.length = np.zeros(0, np.int64)
+        self.digits = np.zeros(0, bool)
         # the packed table: sorted by hash, with each entry's packed bytes, length and id, and a last
         # entry (length -1) that no word equals
         self.t_lo, self.t_hi = np.zeros(1, np.uint64), np.zeros(1, np.uint64)
@@ -121,7 +123,7 @@ class WordIds:
     def _add(self, blob: bytes, starts, ends, rest: np.ndarray, ids: np.ndarray, packed: tuple) -> None:
         """Resolve the words at `rest` through the dict, tokenising and tabling the new ones."""
         toks: list[int] = []
-        offsets, lengths, tabled = [], [], []
+        offsets, lengths, tabled, digits = [], [], [], []
         base, n = len(self.flat), len(self.offset)
         found = []
         for k, a, b in zip(rest.tolist(), starts[rest].tolist(), ends[rest].tolist(), strict=True):
@@ -132,6 +134,7 @@ class WordIds:
                 t = self.tokens(w)
                 offsets.append(base + len(toks))
                 lengths.append(len(t))
+                digits.append(w.isdigit())
                 toks += t
                 if b - a <= WIDTH:
                     tabled.append(k)
@@ -142,6 +145,7 @@ class WordIds:
         self.flat = np.concatenate([self.flat, np.array(toks, np.uint64)])
         self.offset = np.concatenate([self.offset, np.array(offsets, np.int64)])
         self.length = np.concatenate([self.length, np.array(lengths, np.int64)])
+        self.digits = np.concatenate([self.digits, np.array(digits, bool)])
         new = np.array(tabled, np.int64)
         h, lo, hi, length = (a[new] for a in packed)
         order = np.argsort(h, kind="stable")

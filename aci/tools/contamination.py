@@ -24,9 +24,11 @@ class ContaminationOutput(ToolOutput, Result):
                  f"variants {c.get('close', 0)}, not checked {c.get('unchecked', 0)}"]
         for r in self.contaminated + self.close_rows:
             m = r["matches"][0]
+            why = m.get("matched")
             lines.append(f"  line {r['line']}{' id ' + r['id'] if r['id'] else ''} [{r['label']}]: test item "
                          f"{m['reference']} (line {m['line']}) score {m['score']} ({m['component']}, needs "
-                         f"{m['required']}): {m['excerpt']}")
+                         f"{m['required']}): {m['excerpt']}" + (f" (matched numbers: {' '.join(why['numbers']) or '-'}; "
+                                                                 f"words: {' '.join(why['words']) or '-'})" if why else ""))
         hidden = self.flagged + self.close - len(self.contaminated) - len(self.close_rows)
         if hidden:
             lines.append(f"  ... {hidden} more in the manifest's contamination.jsonl")
@@ -49,8 +51,9 @@ def contamination(inp: ContaminationInput, ctx: Context) -> ContaminationOutput:
     rows it flags `judge`; stricter checks (the same score at any seed alignment, a copied question
     alone, a copied worked answer alone) add label `stricter`; items too short for that score are sought
     by exact and normalised match (label `short`); rows that closely resemble one test item (its story
-    with names, numbers or wording changed, or its numbers and operation in another story; matching the
-    benchmark's style or templates is allowed) get label `close`. Each match names the test item (id or
+    with names, numbers or wording changed, or its numbers and operation in another story; a short
+    item's numbers in its own wording under other names, or with its answer in other wording; matching
+    the benchmark's style or templates is allowed) get label `close`, with what matched (numbers, words). Each match names the test item (id or
     #index, line, excerpt); the report gives how many items each rule checked. Under posttrainbench any
     flagged or close row fails the file, and when the task provides ../contamination_check.py it is run
     on the same rows too and its flags count; the default profile reports close rows without failing on
