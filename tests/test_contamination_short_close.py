@@ -92,3 +92,47 @@ def test_a_short_items_numbers_in_another_role_are_not_close(workdir):
     assert not report.flagged
     assert {r["row"]: (r["matches"][0]["item"], r["matches"][0]["component"]) for r in report.close} == {
         2: (0, "template"), 3: (1, "reworded")}
+
+
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December"]
+DATE_STYLES = (lambda y, m, d: f"{MONTHS[m - 1]} {d}, {y}", lambda y, m, d: f"{d} {MONTHS[m - 1]} {y}",
+               lambda y, m, d: f"{MONTHS[m - 1][:3]} {d} {y}")
+DATE_PHRASES = ("Write {s} as a date in the form YYYY-MM-DD.", "Convert the date {s} to YYYY-MM-DD.",
+                "The meeting is on {s}. Give that date as YYYY-MM-DD.")
+
+
+def test_a_date_templates_siblings_sharing_a_day_and_year_are_not_close(workdir):
+    """Items long enough for the judge's score whose numbers are a date's (day and year in the question,
+    the month's number too in the answer): a sibling on another month of the same day and year holds all
+    of the question's numbers by chance. Rewordings of an item's own date, its answer included, are
+    `close`; of 2,000 generator rows on other dates at most 20 (1 %) are flagged."""
+    rng = random.Random(3)
+
+    def draw():
+        return rng.randrange(1950, 2030), rng.randrange(1, 13), rng.randrange(1, 29)
+
+    def ask(date, style, phrase):
+        y, m, d = date
+        return DATE_PHRASES[phrase].format(s=DATE_STYLES[style](y, m, d)) + \
+            " End your reply with a last line of the form ANSWER: <date>.", f"ANSWER: {y:04d}-{m:02d}-{d:02d}"
+
+    dates = list(dict.fromkeys(draw() for _ in range(400)))[:300]
+    shapes = [(rng.randrange(3), rng.randrange(3)) for _ in dates]
+    write_jsonl(workdir / "test.jsonl", [dict(zip(("question", "answer"), ask(d, *s), strict=True))
+                                         for d, s in zip(dates, shapes, strict=True)])
+    rows = []
+    for i in rng.sample(range(len(dates)), 10):  # the item's date in another style and phrase
+        style, phrase = shapes[i]
+        rows.append(chat(*ask(dates[i], (style + 1) % 3, (phrase + 1) % 3)))
+    taken = set(dates)
+    while len(rows) < 2010:
+        date = draw()
+        if date not in taken:
+            rows.append(chat(*ask(date, rng.randrange(3), rng.randrange(3))))
+    write_jsonl(workdir / "train.jsonl", rows)
+    out = registry.call("contamination", {"path": "train.jsonl", "reference": "test.jsonl", "show": 1000},
+                        Context(workdir=workdir))
+    flagged = {r["row"] for r in out.close_rows}
+    assert len(flagged & set(range(10))) >= 9, out.close_rows[:3]
+    assert len(flagged - set(range(10))) <= 20, len(flagged - set(range(10)))

@@ -18,7 +18,7 @@ an item by
 - `numbers`: the item's numbers, of all its fields, each weighing ln(N / df) (the evidence it gives):
   the row holds at least 3 of them and 70 % of their weight, and that weight is at least ln N + ln 1000
   (by chance, fewer than one item in a thousand would hold them all); or, where the row also holds 30 %
-  of the item's story and every number of its question (at least 2), at least ln N: the same numbers
+  of the item's story and every number of the item (its question's at least 2), at least ln N: the same numbers
   and operation in another story, or the item's own numbers under other names. Not for the items too
   short for the judge's score: a short item's numbers are `short_close`'s to weigh, in their order and
   with their result, since as a set alone they also match a sibling's (72 - 67 = 5 holds the numbers of
@@ -293,10 +293,12 @@ class CloseIndex:
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.nan_to_num(e / self.all_numbers.total[item])
         enough = (k >= MIN_NUMBERS) & (share >= NUMBERS_SHARE - EPS) & (e >= self.ln_n - EPS)
-        win, item, e, share = win[enough], item[enough], e[enough], share[enough]
+        win, item, e, k, share = win[enough], item[enough], e[enough], k[enough], share[enough]
         ok = e >= self.ln_n + CHANCE - EPS
         _, qk, _ = self.q_numbers.held(holds, win, item, v)
-        named = ~ok & (qk == self.q_numbers.count[item]) & (qk >= 2)
+        # every number of the item, its answer's too: a sibling of a date or a code template shares some of
+        # an item's numbers by chance (the day and the year), never all of them
+        named = ~ok & (qk == self.q_numbers.count[item]) & (qk >= 2) & (k == self.all_numbers.count[item])
         passed = win[ok], item[ok], np.full(int(ok.sum()), NUMBERS), share[ok], np.full(int(ok.sum()), NUMBERS_SHARE)
         return passed, win[named] * self.n_items + item[named], share[named]
 
