@@ -26,6 +26,14 @@ def eval_command(*extra: str) -> str:
         "--json-output-file {output}" + "".join(f" {e}" for e in extra)
 
 
+def own_eval(default_limit: int, body: str) -> str:
+    """A user's own eval script of a few lines: PostTrainBench's three options parsed into `a`, then `body`
+    (which writes the metrics JSON to `a.json_output_file`)."""
+    return ("import argparse, json, pathlib\np = argparse.ArgumentParser()\np.add_argument('--model-path')\n"
+            f"p.add_argument('--limit', type=int, default={default_limit})\n"
+            "p.add_argument('--json-output-file')\na = p.parse_args()\n" + body)
+
+
 def plant(folder: Path, score: float, where: str = "config.json") -> Path:
     path = folder / where
     data = json.loads(path.read_text()) if path.exists() else {}

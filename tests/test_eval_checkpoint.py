@@ -26,6 +26,7 @@ from tests.eval_helpers import (
     eval_command,
     init_run,
     make_lora,
+    own_eval,
     plant,
     register,
     single_thread,  # noqa: F401 (fixture)
@@ -84,18 +85,13 @@ def test_metric_key_and_sample_count_come_from_the_json(workdir, tiny_model):
     assert 'beside pass_rate: {"stderr": 0.01, "n_examples": 37}' in out.summary()
 
 
-LOGGING_SCRIPT = """import argparse, json, pathlib
-p = argparse.ArgumentParser()
-p.add_argument("--model-path")
-p.add_argument("--limit", type=int, default=6)
-p.add_argument("--json-output-file")
-a = p.parse_args()
+LOGGING_SCRIPT = own_eval(6, """
 rows = [{"id": f"q{i}", "response": f"working {i}\\nANSWER: {i % 3}", "gold": "1", "correct": i % 3 == 1}
         for i in range(a.limit)]
 pathlib.Path("logs").mkdir(exist_ok=True)
 pathlib.Path("logs/run.jsonl").write_text("".join(json.dumps(r) + "\\n" for r in rows))
 json.dump({"accuracy": sum(r["correct"] for r in rows) / a.limit}, open(a.json_output_file, "w"))
-"""
+""")
 
 
 def test_replies_the_eval_command_logged_are_read_back(workdir, tiny_model):
@@ -752,14 +748,9 @@ def test_one_gpu_job_at_a_time(workdir, tiny_model, monkeypatch):
     assert call(workdir, checkpoint="base", limit=40).result["score"] == pytest.approx(0.2)
 
 
-TALLY_EVAL = """import argparse, json
-p = argparse.ArgumentParser()
-p.add_argument("--model-path")
-p.add_argument("--limit", type=int, default=500)
-p.add_argument("--json-output-file")
-a = p.parse_args()
-json.dump({"results": {"accuracy": 0.25, "tally": {"scored": min(a.limit, 500)}}}, open(a.json_output_file, "w"))
-"""
+TALLY_EVAL = own_eval(500, """json.dump({"results": {"accuracy": 0.25, "tally": {"scored": min(a.limit, 500)}}},
+          open(a.json_output_file, "w"))
+""")
 
 
 def test_an_unreadable_sample_count_says_what_blocks_and_a_count_key_reads_it(workdir, tiny_model):

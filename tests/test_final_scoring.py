@@ -10,7 +10,7 @@ import pytest
 
 from aci import registry, rules
 from aci.evaluation.final_scoring import statement, trials_warning
-from tests.eval_helpers import call, copy_model, ctx, eval_command, single_thread  # noqa: F401 (fixture)
+from tests.eval_helpers import call, copy_model, ctx, eval_command, own_eval, single_thread  # noqa: F401 (fixture)
 
 FINAL = rules.load("posttrainbench").profile.final_eval
 
@@ -85,15 +85,10 @@ def test_finalize_states_the_final_scoring(workdir, tiny_model):
     assert "warning: generation_config.json says do_sample: false" in out.summary()
 
 
-GREEDY_SCRIPT = '''import argparse, json
-p = argparse.ArgumentParser()
-p.add_argument("--model-path")
-p.add_argument("--limit", type=int, default=40)
-p.add_argument("--json-output-file")
-a = p.parse_args()
+GREEDY_SCRIPT = own_eval(40, '''
 # decodes with transformers: model.generate(**batch, do_sample=False, max_new_tokens=64)
 json.dump({"accuracy": 0.2, "n_examples": a.limit}, open(a.json_output_file, "w"))
-'''
+''')
 
 
 @pytest.mark.usefixtures("single_thread")
