@@ -117,11 +117,18 @@ def test_dry_run_finds_the_batch_and_start_uses_it(tmp_path, tiny_model, monkeyp
     dry = call(tmp_path, action="dry-run", data="sft.jsonl", **asked, measure_steps=2)
     found = dry.checks["batch"]
     assert found["searched"] and found["source"] == f"measured now by job {dry.job.id}"
-    assert [t["micro_batch"] for t in found["trials"]] == [1, 2, 4]  # a CPU has room for every size
-    assert (dry.config["batch_size"], dry.config["grad_accum"], dry.config["gradient_checkpointing"]) == (4, 1, False)
+    assert found["trials"] == [] and found["why"].startswith("CPU")  # no trial steps on a CPU
+    log = (tmp_path / "state" / "jobs" / dry.job.id / "log").read_text()
+    assert log.count("[aci] speed:") == 1, log  # the model loaded once
+    assert (dry.config["batch_size"], dry.config["grad_accum"]) == (4, 1)
     est = dry.checks["estimate"]
     assert est["rate_source"] == f"measured now by job {dry.job.id}" and est["tokens_per_s"] > 0
     assert dry.job.progress["batch"]["micro_batch"] == 4 and dry.job.progress["step"] == 2
+
+    again = call(tmp_path, action="dry-run", data="sft.jsonl", **asked, measure_steps=2)  # the split is reused
+    assert again.checks["batch"]["source"] == f"measured by job {dry.job.id}"
+    assert again.checks["estimate"]["rate_source"] == f"measured now by job {again.job.id}"
+    assert "[aci] batch:" not in (tmp_path / "state" / "jobs" / again.job.id / "log").read_text()
 
     start = call(tmp_path, action="start", data="sft.jsonl", **{**asked, "max_steps": 1})
     assert start.checks["batch"]["source"] == f"measured by job {dry.job.id}"

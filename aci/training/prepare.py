@@ -224,26 +224,24 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
     work = report.pop("work")
     probe = None
     rate = gates.Rate(req.tokens_per_s, "declared") if req.tokens_per_s else None
-    if action == "dry-run" and req.measure_steps:
-        tokens_per_s, probe = measure(ctx, cfg, req.measure_steps, find_batch=req.find_batch)
+    hit = batch.measured(ctx.state, cfg.model_dump(mode="json")) if req.find_batch else None
+    found = {**hit[0], "source": f"measured by job {hit[1]}"} if hit else {}
+    if found:
+        cfg = split(cfg, found, req)
+    if action == "dry-run" and req.measure_steps:  # an earlier measurement's split is reused, its rate is not
+        tokens_per_s, probe = measure(ctx, cfg, req.measure_steps, find_batch=req.find_batch and not hit)
         rate = gates.Rate(tokens_per_s, f"measured now by job {probe.id}", probe.id,
                           probe.progress.get("updated_at"), load_s=gates.load_s(probe.progress))
-        found = probe.progress.get("batch") or {}
-        report["batch"] = {**found, "source": f"measured now by job {probe.id}"}
+        if req.find_batch and not hit:
+            found = {**(probe.progress.get("batch") or {}), "source": f"measured now by job {probe.id}"}
+            cfg = split(cfg, found, req)
         report["first_loss"] = probe.progress.get("first_loss")
         note = chance.advice(report["first_loss"], probe.progress.get("vocab_size"), cfg.learning_rate,
                              default_learning_rate(req.method, req.lora))
         if note:
             warnings.append(note)
-    else:
-        hit = batch.measured(ctx.state, cfg.model_dump(mode="json")) if req.find_batch else None
-        found = hit[0] if hit else {}
-        if hit:
-            report["batch"] = {**found, "source": f"measured by job {hit[1]}"}
-    if req.find_batch and found.get("searched"):  # the split that fits; the batch per step stays as asked
-        cfg = cfg.model_copy(update={"batch_size": found["micro_batch"], "grad_accum": found["grad_accum"],
-                                     "gradient_checkpointing": found["gradient_checkpointing"]
-                                     if req.gradient_checkpointing is None else req.gradient_checkpointing})
+    if found:
+        report["batch"] = found
     report["per_step"] = per_step(req, cfg, found)
     if action == "dry-run" and req.lr_probe:
         report["lr_probe"] = probe_rates(ctx, cfg, req)
@@ -265,6 +263,15 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
     if est.get("note"):
         warnings.append(est["note"])
     return cfg, report, warnings, probe
+
+
+def split(cfg: TrainConfig, found: dict, req: TrainRequest) -> TrainConfig:
+    """`cfg` with a measured split, when the measurement searched one; the batch per step stays as asked."""
+    if not found.get("searched"):
+        return cfg
+    return cfg.model_copy(update={"batch_size": found["micro_batch"], "grad_accum": found["grad_accum"],
+                                  "gradient_checkpointing": found["gradient_checkpointing"]
+                                  if req.gradient_checkpointing is None else req.gradient_checkpointing})
 
 
 def per_step(req: TrainRequest, cfg: TrainConfig, found: dict) -> dict:

@@ -202,17 +202,33 @@ def vllm_settings() -> dict:
     return {"vllm_mode": "colocate", "vllm_enable_sleep_mode": generation.vllm_sleeps()}
 
 
-def find_batch(cfg: TrainConfig, trainer, callback) -> TrainConfig:
-    """The measurement's search for the largest micro-batch that fits (`aci.training.batch`): the config
-    with the split found (the probed trainer's optimizer state is released; the caller rebuilds)."""
-    from aci.training import batch
-
+def unsearched(cfg: TrainConfig, cuda: bool, callback) -> TrainConfig | None:
+    """The config of a measurement that decides its split without trials, the split and why recorded in
+    its progress; None: it searches by trials (SFT on one CUDA process). On CPU the trials would cost a
+    third of a measurement's steps and a second model load, and choose the whole batch anyway."""
     why = ("grpo: generation dominates its memory" if cfg.method != "sft" else
            "several processes or DeepSpeed: a single-process trial does not measure their memory"
            if cfg.num_processes > 1 or cfg.deepspeed else None)
     if why:
         callback.progress["batch"] = {"searched": False, "why": why}
         return cfg
+    if cuda:
+        return None
+    total = cfg.batch_size * cfg.grad_accum
+    why = ("CPU: the whole batch per step runs as one micro-batch, untried (running out of host memory kills "
+           "the process rather than failing a trial, so every size a trial could run fits)")
+    callback.progress["batch"] = {"searched": True, "micro_batch": total, "grad_accum": 1, "trials": [],
+                                  "gradient_checkpointing": cfg.gradient_checkpointing, "tokens_per_s": None,
+                                  "why": why}
+    print(f"[aci] batch: micro-batch {total} x 1 accumulation ({why})", flush=True)
+    return cfg.model_copy(update={"batch_size": total, "grad_accum": 1})
+
+
+def find_batch(cfg: TrainConfig, trainer, callback) -> TrainConfig:
+    """The measurement's search for the largest micro-batch that fits (`aci.training.batch`): the config
+    with the split found (the probed trainer's optimizer state is released; the caller rebuilds)."""
+    from aci.training import batch
+
     callback.write(force=True, phase="sizing")
     plan = batch.search(cfg.batch_size * cfg.grad_accum, batch.TrainerProbe(trainer), cfg.gradient_checkpointing)
     print(f"[aci] batch: micro-batch {plan.micro_batch} x {plan.grad_accum} accumulation, gradient checkpointing "
@@ -248,18 +264,21 @@ def prepare(cfg: TrainConfig, launched: float):
     eot = templates.end_of_turn(tokenizer, template, cfg.template_kwargs)
     if eot and cfg.method == "grpo":  # completions end at the end-of-turn token, as at evaluation
         tokenizer.eos_token = eot
-    if cfg.find_batch and cfg.gradient_checkpointing is None:
-        cfg = cfg.model_copy(update={"gradient_checkpointing": False})  # the search turns it on if needed
+    search = False
+    if cfg.find_batch:
+        decided = unsearched(cfg, cuda, callback)
+        search = decided is None
+        cfg = cfg.model_copy(update={"gradient_checkpointing": cfg.gradient_checkpointing or False}) if search \
+            else decided  # the search turns checkpointing on if needed
     trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
     callback.progress.setdefault("startup", {})["ready_s"] = round(time.monotonic() - launched, 2)
-    if cfg.find_batch:
+    if search:  # the model loads again, for a trainer built for the split found
         cfg = find_batch(cfg, trainer, callback)
-        if callback.progress["batch"]["searched"]:  # the model loads again, for a trainer built for the split
-            trainer = None
-            gc.collect()
-            if cuda:
-                torch.cuda.empty_cache()
-            trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
+        trainer = None
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+        trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
     callback.progress["speed"] = speed.report()
     set_end_of_turn(trainer.model, tokenizer, eot)
     return trainer, callback
