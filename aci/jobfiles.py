@@ -9,6 +9,7 @@ CONFIG = "config.json"  # the resolved config the job's code reads
 LOG = "log"  # the job's stdout and stderr
 PROGRESS = "progress.json"  # what the job reports while it runs (`aci.jobs.write_progress`)
 STOP = "stop"  # present once a stop was requested
+DECAY = "decay"  # present once a wsd job was asked to decay now (`aci.training.cooldown`)
 EXIT = "exit.json"  # how it ended, with the CPU time and peak memory used: written by the supervisor
 EXIT_RESERVE = "exit.reserve"  # bytes set aside at launch for exit.json, so a full disk cannot keep it unwritten
 END_PENDING = "end.pending"  # present until the job's end event is committed to state (see `aci.jobs.reap`)

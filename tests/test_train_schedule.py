@@ -14,7 +14,7 @@ import pytest
 from aci.state import now, parse_ts, read_jsonl
 from aci.training import config as config_mod
 from aci.training import pace, schedule
-from tests.train_helpers import FAST, call, make_run
+from tests.train_helpers import FAST, call, make_run, no_stray_jobs  # noqa: F401 (a fixture)
 
 
 def _simulate(step_s, *, total: int, stop_s: float | None, warmup: int = 0):
@@ -153,3 +153,36 @@ def test_wsd_reaches_its_floor_by_the_stop_time_under_a_slowdown(tmp_path, tiny_
     fc = progress["schedule"]
     assert fc["kind"] == "wsd" and fc["cut"] and fc["end_step"] == end and "moved earlier" in fc["note"]
     assert any("decay started" in e["what"] for e in progress["schedule_events"])
+
+
+@pytest.mark.usefixtures("no_stray_jobs")
+def test_stop_with_decay_ends_a_wsd_run_on_its_decay(tmp_path, tiny_model, monkeypatch):
+    """A real job held at its peak rate: `train stop --decay` makes it decay at once over a quarter of the
+    steps it ran, then save, register and stop at the floor; a cosine job is refused with what to do."""
+    from tests.train_helpers import wait
+
+    monkeypatch.delenv("ACI_STATE", raising=False)
+    make_run(tmp_path, tiny_model, profile="default", contamination=None)
+    args = {**FAST, "data": "sft.jsonl", "max_steps": 100_000, "save_steps": 100_000, "lr_schedule": "wsd",
+            "warmup_ratio": 0.0}
+    started = call(tmp_path, action="start", **args)
+    job, peak = started.job.id, started.config["learning_rate"]
+    held = wait(tmp_path, job, until=lambda v: v.status != "running" or v.progress.get("step", 0) >= 20)
+    assert held.job.status == "running" and held.job.progress["schedule"]["phase"] == "stable"
+    assert f"aci train stop --job {job} --decay" in held.summary()
+    out = call(tmp_path, action="stop", job=job, decay=True)
+    assert out.job.status == "running"  # it decays first
+    done = wait(tmp_path, job).job
+    p = done.progress
+    assert done.status == "succeeded" and p["stop_reason"].startswith("planned end: the wsd decay reached its floor")
+    asked = p["decay_requested"]
+    assert asked["after_step"] >= 20 and p["step"] == asked["end_step"] == p["schedule"]["end_step"] < 100_000
+    assert asked["end_step"] - asked["after_step"] == schedule.Wsd().decay_now(asked["after_step"])
+    assert any(e["what"].startswith("decay requested") for e in p["schedule_events"])
+    [ckpt] = [e for e in read_jsonl(tmp_path / "state" / "checkpoints.jsonl") if e.get("type") == "registered"]
+    assert ckpt["step"] == p["step"] and 0 < ckpt["learning_rate"] < peak / 2
+
+    cosine = call(tmp_path, action="start", **{**args, "lr_schedule": "cosine"}).job.id
+    with pytest.raises(Exception, match="cosine schedule, which decays over its --max-steps by itself"):
+        call(tmp_path, action="stop", job=cosine, decay=True)
+    call(tmp_path, action="stop", job=cosine)

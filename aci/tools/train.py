@@ -18,7 +18,7 @@ from aci.context import Context
 from aci.errors import ACIError
 from aci.jobs import JobView
 from aci.registry import ToolInput, ToolOutput, tool
-from aci.training import prepare, status
+from aci.training import cooldown, prepare, status
 from aci.training.request import TrainRequest
 
 
@@ -30,6 +30,8 @@ class TrainInput(ToolInput, TrainRequest):
     job: str | None = Field(None, description="job id (status, stop)")
     concurrent: bool = Field(False, description="start even though another train or eval job holds the GPU")
     grace_s: float = Field(60, ge=0, description="stop: seconds to save a last checkpoint before SIGKILL")
+    decay: bool = Field(False, description="stop: a wsd job decays its rate from now over a quarter of the steps "
+                                           "it has run, then saves and stops (its stable phase is at the peak rate)")
     log_lines: int = Field(0, ge=0, le=500, description="status: include this many log lines")
     note: str | None = Field(None, description="why this run (kept in the journal)")
 
@@ -57,24 +59,7 @@ class TrainOutput(ToolOutput):
                      if p.get(k) is not None]
             lines.append(f"{j.id} {j.status} " + " ".join(b for b in bits if b) + (f" ({j.reason})" if j.reason else ""))
             lines += status.describe(p)
-        if self.checks:
-            c = self.checks
-            lines.append(f"checked {c.get('samples_checked')} samples: {c.get('mean_tokens')} tokens/sequence, "
-                         f"assistant share {c.get('assistant_token_share')}, truncated {c.get('truncated')}")
-            est = c.get("estimate") or {}
-            lines.append(f"estimate: {est.get('steps')} steps, {est.get('tokens')} tokens, {est.get('duration')} "
-                         f"({est.get('lr_schedule')} schedule; rate {est.get('rate_source')}; loading "
-                         f"{est.get('startup_s')} s, {est.get('startup_source')}; tokenizing {est.get('tokenize_s')} s, "
-                         f"{est.get('tokenize_source')}); {est.get('time_left_for_work')} left before the reserve")
-            if c.get("per_step"):
-                ps = c["per_step"]
-                lines.append(f"per step: {ps['samples']} samples = micro-batch {ps['micro_batch']} x accumulation "
-                             f"{ps['grad_accum']} x {ps['processes']} process(es) ({ps['why']})")
-            if c.get("dev"):
-                d = c["dev"]
-                lines.append(f"dev set: {d['items']} tasks scored every {d['every']} steps and at the end by "
-                             f"{d['metric']} ({d['source']}), {d['max_new_tokens']} new tokens per reply")
-            lines += status.describe_probe(c.get("lr_probe"))
+        lines += status.describe_checks(self.checks) if self.checks else []
         lines += status.ranking(self.jobs)
         lines += [f"checkpoint {c['checkpoint']} {c.get('path')}" + (
             f" (dev {c['dev']['metric']} {c['dev']['score']}{', best so far' if c['dev']['best'] else ''})"
@@ -125,7 +110,8 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
 
     status [--job ID]: step, total, loss, learning rate, tokens/s, ETA, checkpoints; the step rate now,
     the planned end and whether the stop time cuts the schedule; time to step 1; a failed job's log
-    tail. stop --job ID: saves a last checkpoint, then ends the job. dry-run [--measure-steps N]: the
+    tail. stop --job ID: saves a last checkpoint, then ends the job; with --decay a wsd job first decays
+    its rate over a quarter of the steps it ran, then saves and stops. dry-run [--measure-steps N]: the
     checks' report (token counts, assistant share, truncation, end-of-turn token, time estimate and the
     measurement it uses); with --measure-steps a job first finds the largest micro-batch that fits
     (gradient checkpointing only if needed), then measures tokens/s at it; start uses that split and
@@ -139,7 +125,7 @@ def train(inp: TrainInput, ctx: Context) -> TrainOutput:
     if inp.action == "stop":
         if not inp.job:
             raise ACIError("stop needs --job ID (see `aci train list`)")
-        view = jobs.stop(ctx.state, inp.job, grace_s=inp.grace_s)
+        view = cooldown.request(ctx.state, inp.job) if inp.decay else jobs.stop(ctx.state, inp.job, grace_s=inp.grace_s)
         return _status(inp.model_copy(update={"job": view.id}), ctx).model_copy(update={"action": "stop"})
     jobs.reap(ctx.state)
     if inp.action == "start" and not inp.concurrent and jobs.gpu_busy(ctx.state):

@@ -39,7 +39,7 @@ from transformers import TrainerCallback
 from aci import cpus, jobfiles, jobs, records
 from aci.evaluation import identity
 from aci.state import State, iso, now, parse_ts
-from aci.training import dev, pace, ranks, schedule
+from aci.training import cooldown, dev, pace, ranks, schedule
 from aci.training.config import TrainConfig
 
 PROGRESS_EVERY_S = 2.0
@@ -60,6 +60,7 @@ class JobCallback(TrainerCallback):
         self.reports = ranks.reports()  # this machine's progress and log lines
         self.training = False
         self.plan = schedule.Wsd() if cfg.lr_schedule == "wsd" else None  # read by the trainer's scheduler
+        self.decay = cooldown.Requested() if self.plan else None  # `train stop --decay`
         self.pace = pace.Pace(cfg.estimate, exit_s=pace.RANKS_EXIT_S if ranks.world() > 1 else 0.0)
         self.applied_lr: float | None = None  # the learning rate of the last optimizer step
         self.more: int | None = None  # steps that still end, and save, before stop_at (None: unknown)
@@ -133,10 +134,18 @@ class JobCallback(TrainerCallback):
         self.pace.step_ended(time.monotonic())
         step = state.global_step + 1  # the trainer counts the step once the scheduler has stepped
         more = self.pace.more_steps((self.stop_at - now()).total_seconds()) if self.stop_at else None
+        asked = self.decay.end if self.decay else None
+        cap = self.decay.bound(step, self.plan) if self.decay else None
+        if cap is not None:
+            more = cap if more is None else min(more, cap)
         stop, self.more = ranks.agree(self.requested, more)
         if stop and self.stop_reason is None:
             self.stop_reason = STOP_REQUESTED
         self.changed = self.plan.follow(step, self.more) if self.plan else None
+        if cap is not None and asked is None:
+            self.progress["decay_requested"] = {"after_step": step, "end_step": self.decay.end}
+            self.changed = (f"decay requested (train stop --decay) after step {step}: the rate reaches its floor, "
+                            f"and the job saves and stops, at step {self.plan.end}")
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.t0 is None:

@@ -97,6 +97,14 @@ class Wsd:
         cut = f" of {self.total} planned: the stop time comes first" if end < self.total else ""
         return f"decay started after step {step}, to reach the floor at step {end}{cut}"
 
+    def decay_now(self, step: int) -> int:
+        """Steps more for a decay that starts at once after `step`: the last `DECAY_SHARE` of a run ending
+        there, so `follow` anchors it at this step, on every rank alike, given only the count."""
+        end = max(step + 1, math.ceil(step / (1 - DECAY_SHARE)))
+        while end - self.decay_steps(end) > step:  # rounding, and MIN_DECAY_STEPS for a short run
+            end -= 1
+        return end - step
+
     def _anchor(self, step: int, end: int) -> None:
         """Decay from the rate step `step` used (`factor(step - 1)`) to FLOOR at `end`."""
         self.decay_from_factor, self.decay_from, self.end = self.factor(step - 1), step - 1, end

@@ -90,6 +90,10 @@ def describe(p: dict) -> list[str]:
         start = fc.get("start_estimate")
         was = f"; the start estimated {start['step_s']:.3g} s/step ({start.get('source')})" if start else ""
         out.append(f"  schedule {fc.get('kind')}: {fc['note']} [rate {rate}{was}]")
+    if fc.get("kind") == "wsd" and fc.get("phase") == "stable" and not p.get("decay_requested"):
+        out.append(f"  schedule wsd, stable phase: the rate is at its peak until the decay before step "
+                   f"{fc.get('end_step')}, and checkpoints score below what the decay reaches; to end the run "
+                   f"early, `aci train stop --job {p.get('job')} --decay` (it decays, then saves and stops)")
     for e in p.get("schedule_events") or []:
         out.append(f"  schedule change at step {e['step']} ({e['at']}): {e['what']}")
     out += dev.describe(p.get("dev"))
@@ -107,6 +111,27 @@ def describe(p: dict) -> list[str]:
     if "to_first_step_s" in s:
         out.append(f"  time to step 1: {s['to_first_step_s']} s (data: {s.get('tokenized')}, {s.get('tokenize_s')} s)")
     return out
+
+
+def describe_checks(c: dict) -> list[str]:
+    """A dry-run's or start's checks in lines: samples, the estimate and what it rests on, the split of a
+    step, the dev set, a learning-rate probe."""
+    lines = [f"checked {c.get('samples_checked')} samples: {c.get('mean_tokens')} tokens/sequence, "
+              f"assistant share {c.get('assistant_token_share')}, truncated {c.get('truncated')}"]
+    est = c.get("estimate") or {}
+    lines.append(f"estimate: {est.get('steps')} steps, {est.get('tokens')} tokens, {est.get('duration')} "
+                 f"({est.get('lr_schedule')} schedule; rate {est.get('rate_source')}; loading "
+                 f"{est.get('startup_s')} s, {est.get('startup_source')}; tokenizing {est.get('tokenize_s')} s, "
+                 f"{est.get('tokenize_source')}); {est.get('time_left_for_work')} left before the reserve")
+    if c.get("per_step"):
+        ps = c["per_step"]
+        lines.append(f"per step: {ps['samples']} samples = micro-batch {ps['micro_batch']} x accumulation "
+                     f"{ps['grad_accum']} x {ps['processes']} process(es) ({ps['why']})")
+    if c.get("dev"):
+        d = c["dev"]
+        lines.append(f"dev set: {d['items']} tasks scored every {d['every']} steps and at the end by "
+                     f"{d['metric']} ({d['source']}), {d['max_new_tokens']} new tokens per reply")
+    return lines + describe_probe(c.get("lr_probe"))
 
 
 def describe_probe(probe: dict | None) -> list[str]:
