@@ -677,3 +677,15 @@ def test_over_stdio_mcp(workdir):
     assert ok.structured_content["flagged"] == sum(r["contaminated"] for r in labelled()[1])
     n = len(data.read_text().splitlines())
     assert bad.is_error and f"train.jsonl:{n}" in bad.content[0].text
+
+
+def test_a_clean_output_onto_an_input_is_refused_before_the_scan_pins_the_reference(workdir):
+    """Naming the reference (or the data) as the clean copy is refused before anything is read or recorded:
+    the run card keeps no reference pinned by a refused call."""
+    strict_card(workdir)
+    ref, data, _ = files(workdir)
+    for target in (ref, data):
+        with pytest.raises(ACIError, match="--clean-output must be a new file"):
+            check(workdir, path=str(data), reference=str(ref), clean_output=str(target))
+    assert Context(workdir=workdir).card.reference is None
+    assert "reference pinned" not in (workdir / "state" / "journal.jsonl").read_text()

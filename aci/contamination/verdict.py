@@ -124,6 +124,9 @@ def check_file(req: ContaminationRequest, ctx: Context) -> Result:
 
     inp = _inputs(req, ctx)
     path, ref, warnings = inp.path, inp.ref, inp.warnings
+    clean_path = ctx.path(req.clean_output, what="clean output", kind="file") if req.clean_output else None
+    if clean_path in (path, ref):  # refused before the scan, and before the reference is pinned
+        raise ACIError("--clean-output must be a new file, not the training set or the reference")
     started = time.perf_counter()
     declared: set[str] = set()
     with _reading(path) as scanned:  # streamed: the check keeps per-row findings, never the file
@@ -154,12 +157,7 @@ def check_file(req: ContaminationRequest, ctx: Context) -> Result:
         warnings.append(f"this pass does not let `train` use {path.name}: it {closed}")
     if theirs and theirs.verdict == "not-checked":
         warnings.append(f"not checked by the task's provided {shared.TOOL}: {theirs.reason}")
-    clean_path, kept = None, None
-    if req.clean_output:
-        clean_path = ctx.path(req.clean_output, what="clean output", kind="file")
-        if clean_path in (path, ref):
-            raise ACIError("--clean-output must be a new file, not the training set or the reference")
-        kept = _write_clean(path, digest, clean_path, set(counted))
+    kept = _write_clean(path, digest, clean_path, set(counted)) if clean_path else None
     mpath = None
     if req.record:
         side = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in report.flagged + report.close).encode()
