@@ -75,12 +75,15 @@ def test_a_second_start_is_cheap_and_the_estimate_names_its_measurement(tmp_path
     est = call(tmp_path, action="dry-run", **args).checks["estimate"]
     assert est["rate_job"] == first.id and est["rate_measured_at"] == first.progress["updated_at"]
     assert est["rate_source"].startswith(f"measured by job {first.id} ") and " s ago (same model, method, LoRA " \
-        "setting and max_length)" in est["rate_source"]
+        "setting, max_length and process count)" in est["rate_source"]
     assert est["startup_source"] == f"measured by job {first.id}" and est["startup_s"] < 60
     assert est["tokenize_s"] == 0 and est["tokenize_source"].startswith("none: an earlier job's tokenized data")
     shorter = call(tmp_path, action="dry-run", **{**args, "max_length": 48}).checks["estimate"]
     assert shorter["rate_differs"] == ["max_length"] and "differs: max_length 64 (this run: max_length 48)" in \
         shorter["rate_source"] and shorter["tokenize_source"].startswith("measured on 16 checked samples")
+    ranks = call(tmp_path, action="dry-run", **{**args, "processes": 2}).checks["estimate"]
+    assert ranks["rate_differs"] == ["num_processes"] and "1 process(es) (this run: 2 process(es))" in \
+        ranks["rate_source"]
 
     started = call(tmp_path, action="start", **args)
     assert started.config["estimate"]["source"].startswith(f"measured by job {first.id}")

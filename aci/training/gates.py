@@ -224,14 +224,15 @@ class Rate:
     load_s: float | None = None  # that job's time from launch to a ready trainer, tokenizing left out
 
 
-MATCHED = ("model_path", "lora", "max_length")  # what a measurement shares with the run at best, besides the method
+MATCHED = ("model_path", "lora", "max_length", "num_processes")  # what a measurement shares with the run at best,
+# besides the method
 
 
 def measured_rate(ctx: Context, cfg: dict) -> Rate:
     """Tokens/s of the latest earlier job of the same method that shares the most with `cfg` (model first,
-    then LoRA setting and max_length): which job, how long ago, and what differs from this run."""
+    then LoRA setting, max_length and process count): which job, how long ago, and what differs."""
     def shown(c: dict, k: str):
-        return bool(c.get(k)) if k == "lora" else c.get(k)
+        return bool(c.get(k)) if k == "lora" else c.get(k, 1) if k == "num_processes" else c.get(k)
 
     best: tuple | None = None
     for job in sorted(jobs.list_jobs(ctx.state, kind="train"), key=lambda j: j.started_at, reverse=True):
@@ -251,9 +252,10 @@ def measured_rate(ctx: Context, cfg: dict) -> Rate:
     at = job.progress.get("updated_at")
     age = f" {pace.span((now() - parse_ts(at)).total_seconds())} ago" if at else ""
     said = {"model_path": lambda c: f"model {c.get('model_path')}", "lora": lambda c: "LoRA" if c.get("lora") else
-            "full weights", "max_length": lambda c: f"max_length {c.get('max_length')}"}
+            "full weights", "max_length": lambda c: f"max_length {c.get('max_length')}",
+            "num_processes": lambda c: f"{shown(c, 'num_processes')} process(es)"}
     what = (f"; differs: {', '.join(f'{said[k](jc)} (this run: {said[k](cfg)})' for k in differs)}" if differs else
-            " (same model, method, LoRA setting and max_length)")
+            " (same model, method, LoRA setting, max_length and process count)")
     return Rate(rate, f"measured by job {job.id}{age}{what}", job.id, at, differs, load_s(job.progress))
 
 
