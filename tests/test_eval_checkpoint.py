@@ -159,6 +159,19 @@ def test_a_failing_eval_command_is_a_clear_error_recorded_in_state_and_promotes_
     assert refused.value.rule == "keep-best" and not (workdir / "final_model").exists()
 
 
+def test_an_interpreter_without_the_scripts_libraries_is_named_with_one_that_has_them(workdir, tiny_model):
+    """The eval command's `python` lacks a library its script imports (here: this interpreter with its
+    site-packages off): the error says which interpreter, which module, and which interpreter has it."""
+    init_run(workdir, tiny_model)
+    (workdir / "eval_lib.py").write_text("import pydantic\n")
+    cmd = f"{sys.executable} -S eval_lib.py --model-path {{model_path}} --limit {{limit}} --json-output-file {{output}}"
+    with pytest.raises(ACIError) as err:
+        call(workdir, checkpoint="base", limit=40, command=cmd)
+    assert "ModuleNotFoundError: No module named 'pydantic'" in str(err.value)
+    assert f"the command's interpreter `{sys.executable}` ({sys.executable}) has no module 'pydantic'; " \
+           f"{sys.executable} has it: put that interpreter in the command's place" in str(err.value)
+
+
 def _task_folder(workdir: Path) -> Path:
     folder = workdir / "lm_tasks"
     folder.mkdir()

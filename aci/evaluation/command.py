@@ -22,12 +22,15 @@ Users type the command they run by hand (`python evaluate.py --model-path final_
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -299,7 +302,8 @@ class CommandEvaluator:
                     _kill_group(proc)
         text = tail(log_path, 15)
         if rc != 0:
-            raise ACIError(f"eval command exited with code {rc}: {shlex.join(cmd)}; last output:\n{text}")
+            raise ACIError(f"eval command exited with code {rc}: {shlex.join(cmd)}; last output:\n{text}"
+                           + missing_module(cmd, text))
         if "{output}" in self.template:
             if not output.is_file() or not output.stat().st_size:
                 raise ACIError(f"eval command succeeded but wrote no metrics JSON to {output}: {shlex.join(cmd)}; "
@@ -349,3 +353,17 @@ def _kill_group(proc: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def missing_module(cmd: list[str], output: str) -> str:
+    """For a command whose interpreter lacks a module it imports, which interpreter that was and one that
+    has the module (this tool's own), so the fix is named rather than left to the traceback."""
+    found = re.findall(r"ModuleNotFoundError: No module named '([\w.]+)'", output)
+    if not found:
+        return ""
+    module = found[-1].split(".")[0]
+    where = shutil.which(cmd[0]) or cmd[0]
+    fix = (f"; {sys.executable} has it: put that interpreter in the command's place (`plan update --eval-command "
+           f"...`, or `eval-checkpoint evaluate --command ...` for one call)"
+           if importlib.util.find_spec(module) else "")
+    return f"\nthe command's interpreter `{cmd[0]}` ({where}) has no module {module!r}{fix}"
