@@ -227,6 +227,9 @@ def test_dev_set_is_generated_and_graded_per_task(workdir, tiny_model):
     with pytest.raises(ACIError, match="'num-0'"):  # tasks without a grader need a default
         call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", limit=2)
     assert len(out.replies) == 15 and {r["score"] for r in out.replies} == {0.0}  # failures first
+    registry.call("plan", {"action": "update", "grader": "last-number"}, ctx(workdir))  # the run card's default
+    again = call(workdir, checkpoint="base", evaluator="dev", dev_set="dev.jsonl", max_new_tokens=6, batch_size=17)
+    assert again.result["score"] == pytest.approx(0.5) and again.result["evaluator"] == e["evaluator"]  # same grader
 
 
 def test_sample_generates_and_grades_a_few_items_to_read(workdir, tiny_model):

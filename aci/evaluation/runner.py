@@ -123,6 +123,7 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
             label += "@" + _sha8(*(y.read_text(errors="replace") for y in yamls))
         return LMEvalEvaluator(spec.task, task_dir=task_dir, limit=spec.items(), metric_key=spec.metric_key,
                                batch_size=spec.batch_size, label=label)
+    from aci.default_grader import card_grader
     from aci.evaluation.devset import DevSetEvaluator
     from aci.manifest import file_hash
 
@@ -133,9 +134,9 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
         name = str(path.relative_to(ctx.workdir))
     except ValueError:
         name = path.name
-    label = f"dev:{name}@" + _sha8(file_hash(path), spec.grader or "", f"{spec.temperature:g}",
-                                   str(spec.max_new_tokens))
-    ev = DevSetEvaluator(path, limit=spec.items(), template=template_text(ctx), default_grader=spec.grader,
+    grader = spec.grader or card_grader(ctx)[0]  # as the training job's dev curve scores tasks without one
+    label = f"dev:{name}@" + _sha8(file_hash(path), grader or "", f"{spec.temperature:g}", str(spec.max_new_tokens))
+    ev = DevSetEvaluator(path, limit=spec.items(), template=template_text(ctx), default_grader=grader,
                          temperature=spec.temperature, max_new_tokens=spec.max_new_tokens,
                          batch_size=spec.batch_size, workdir=ctx.workdir, out_dir=out_dir,
                          check_host=lambda h: ctx.rules.check_host(h, judge=True), label=label,
@@ -143,7 +144,7 @@ def make_evaluator(ctx: Context, spec: EvalSpec, out_dir: Path):
     from aci.graders import code_sandbox
     from aci.graders.sandbox import record
 
-    box = code_sandbox((t.get("grader") or spec.grader for t in ev.tasks), unsafe_grader=spec.unsafe_grader)
+    box = code_sandbox((t.get("grader") or grader for t in ev.tasks), unsafe_grader=spec.unsafe_grader)
     if box is not None:
         record(ctx, box, "eval-checkpoint")
         ev.sandbox_note = box.note
