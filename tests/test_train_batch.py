@@ -121,6 +121,7 @@ def test_dry_run_finds_the_batch_and_start_uses_it(tmp_path, tiny_model, monkeyp
     log = (tmp_path / "state" / "jobs" / dry.job.id / "log").read_text()
     assert log.count("[aci] speed:") == 1, log  # the model loaded once
     assert (dry.config["batch_size"], dry.config["grad_accum"]) == (4, 1)
+    assert dry.checks["per_step"]["why"] == f"--batch-size 2 x --grad-accum 2 as asked, in one micro-batch ({found['why']})"
     est = dry.checks["estimate"]
     assert est["rate_source"] == f"measured now by job {dry.job.id}" and est["tokens_per_s"] > 0
     assert dry.job.progress["batch"]["micro_batch"] == 4 and dry.job.progress["step"] == 2

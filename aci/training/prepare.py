@@ -278,7 +278,9 @@ def per_step(req: TrainRequest, cfg: TrainConfig, found: dict) -> dict:
     """What one optimizer step holds and why, so that a default gradient accumulation is not silent."""
     default_accum = config_mod.Schedule.model_fields["grad_accum"].default
     samples = cfg.batch_size * cfg.grad_accum * cfg.num_processes
-    if found.get("searched"):
+    if found.get("searched") and not found.get("trials"):
+        why = f"--batch-size {req.batch_size} x --grad-accum {req.grad_accum} as asked, in one micro-batch ({found['why']})"
+    elif found.get("searched"):
         why = (f"--batch-size {req.batch_size} x --grad-accum {req.grad_accum} as asked, split into the largest "
                f"micro-batch that fits (measured)")
     elif req.grad_accum == default_accum:
