@@ -5,7 +5,8 @@ another process holds a core: every parallel region runs at the pace of its slow
 uses only the free cores runs several times faster there. "Free" is measured, not guessed: the busy
 time of all cores between two moments (`/proc/stat`) less this process's own (`os.times`), so a job
 that re-checks while it computes does not count itself as load; reading counters costs no pause. An
-explicit `OMP_NUM_THREADS` is the user's choice and is kept. Standard library only; Linux (`/proc/stat`); elsewhere the core count stands.
+explicit `OMP_NUM_THREADS` is the user's choice and is kept, except where a launcher set it for want of
+one (torchrun sets 1 for each rank; `aci.training.launch` marks that with `LAUNCHER_SET_ENV`). Standard library only; Linux (`/proc/stat`); elsewhere the core count stands.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 RECHECK_S = 30.0  # a running job measures again this often
+LAUNCHER_SET_ENV = "ACI_OMP_NUM_THREADS_UNSET"  # present: the caller set no OMP_NUM_THREADS, a launcher did
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def others_busy(a: Sample, b: Sample) -> float | None:
 def choose(a: Sample | None, b: Sample | None) -> Choice:
     """The threads to compute with, from the load between samples `a` and `b`, and why, in words."""
     n = cores()
-    given = os.environ.get("OMP_NUM_THREADS", "").strip()
+    given = "" if os.environ.get(LAUNCHER_SET_ENV) else os.environ.get("OMP_NUM_THREADS", "").strip()
     if given.isdigit() and int(given) > 0:
         return Choice(int(given), f"OMP_NUM_THREADS={given} (set by the caller)")
     busy = others_busy(a, b) if a and b else None

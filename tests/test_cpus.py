@@ -48,6 +48,9 @@ def test_busy_neighbours_take_cores_and_this_process_is_not_counted(monkeypatch)
 def test_the_callers_thread_count_is_kept_and_unreadable_load_uses_every_core(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert cpus.choose(None, None) == cpus.Choice(3, "OMP_NUM_THREADS=3 (set by the caller)")
+    monkeypatch.setenv(cpus.LAUNCHER_SET_ENV, "1")  # a launcher's, not the caller's: measured instead
+    assert cpus.choose(None, None).threads == cpus.cores()
+    monkeypatch.delenv(cpus.LAUNCHER_SET_ENV)
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert cpus.choose(None, None).threads == cpus.cores()
     assert "cannot be read" in cpus.choose(None, None).why

@@ -78,6 +78,7 @@ def _saved_events(state: State, job_id: str) -> list[dict]:
 @pytest.mark.usefixtures("no_stray_jobs")
 def test_sft_on_two_ranks_stops_and_fails_as_one_job(tmp_path, tiny_model, monkeypatch):
     monkeypatch.delenv("ACI_STATE", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # torchrun then sets 1, which is not the caller's
     make_run(tmp_path, tiny_model, profile="default", contamination=None)
     state = State(tmp_path / "state")
     a, b, c, d = (call(tmp_path, action="start", data="sft.jsonl", **LONG).job for _ in range(4))
@@ -91,6 +92,7 @@ def test_sft_on_two_ranks_stops_and_fails_as_one_job(tmp_path, tiny_model, monke
         procs = v.progress["processes"]
         assert procs["world_size"] == 2 and sorted(r["rank"] for r in procs["ranks"]) == [0, 1]
         assert all(os.path.exists(f"/proc/{r['pid']}") for r in procs["ranks"])
+        assert "cores" in v.progress["cpu_threads"]["why"], v.progress["cpu_threads"]  # measured, not "caller"
     status = call(tmp_path, action="status", job=a.id)
     assert f"processes: 2 ranks (rank 0 pid {_rank_pid(status.job, 0)}, rank 1 pid {_rank_pid(status.job, 1)})" \
         in status.summary()

@@ -12,7 +12,9 @@ exits with 128 + the signal.
 
 torchrun waits `TORCH_ELASTIC_SHUTDOWN_TIMEOUT` seconds for the ranks it stops before it kills them
 (30 s by default): set here, unless given, to the grace a training job gets at its stop time
-(`aci.jobs.DEADLINE_GRACE_S`), so a last save is not cut short by the launcher.
+(`aci.jobs.DEADLINE_GRACE_S`), so a last save is not cut short by the launcher. torchrun also sets
+`OMP_NUM_THREADS=1` for ranks when the caller set none; that is marked (`cpus.LAUNCHER_SET_ENV`), so on a
+CPU each rank still chooses its threads from the free cores instead of taking 1 for the user's choice.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 
+from aci import cpus
 from aci.context import Context
 from aci.errors import ACIError
 from aci.training.config import Machines, TrainConfig
@@ -106,6 +109,8 @@ def main(argv: list[str]) -> int:
     from aci.jobs import DEADLINE_GRACE_S
 
     os.environ.setdefault(SHUTDOWN_ENV, str(int(DEADLINE_GRACE_S["train"])))
+    if not os.environ.get("OMP_NUM_THREADS"):
+        os.environ[cpus.LAUNCHER_SET_ENV] = "1"
     args = launch_command_parser().parse_args(argv)
     try:
         launch_command(args)
