@@ -224,8 +224,8 @@ class Rate:
     load_s: float | None = None  # that job's time from launch to a ready trainer, tokenizing left out
 
 
-MATCHED = ("model_path", "lora", "max_length", "num_processes")  # what a measurement shares with the run at best,
-# besides the method
+# what a measurement shares with the run at best, besides the method
+MATCHED = ("model_path", "lora", "max_length", "num_processes")
 
 
 def measured_rate(ctx: Context, cfg: dict) -> Rate:

@@ -229,10 +229,11 @@ def checks(req: TrainRequest, ctx: Context, job_id: str, action: str) -> tuple[T
     if found:
         cfg = split(cfg, found, req)
     if action == "dry-run" and req.measure_steps:  # an earlier measurement's split is reused, its rate is not
-        tokens_per_s, probe = measure(ctx, cfg, req.measure_steps, find_batch=req.find_batch and not hit)
+        search = req.find_batch and not hit
+        tokens_per_s, probe = measure(ctx, cfg, req.measure_steps, find_batch=search)
         rate = gates.Rate(tokens_per_s, f"measured now by job {probe.id}", probe.id,
                           probe.progress.get("updated_at"), load_s=gates.load_s(probe.progress))
-        if req.find_batch and not hit:
+        if search:
             found = {**(probe.progress.get("batch") or {}), "source": f"measured now by job {probe.id}"}
             cfg = split(cfg, found, req)
         report["first_loss"] = probe.progress.get("first_loss")

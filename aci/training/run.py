@@ -264,12 +264,11 @@ def prepare(cfg: TrainConfig, launched: float):
     eot = templates.end_of_turn(tokenizer, template, cfg.template_kwargs)
     if eot and cfg.method == "grpo":  # completions end at the end-of-turn token, as at evaluation
         tokenizer.eos_token = eot
-    search = False
-    if cfg.find_batch:
-        decided = unsearched(cfg, cuda, callback)
-        search = decided is None
-        cfg = cfg.model_copy(update={"gradient_checkpointing": cfg.gradient_checkpointing or False}) if search \
-            else decided  # the search turns checkpointing on if needed
+    decided = unsearched(cfg, cuda, callback) if cfg.find_batch else cfg
+    search = decided is None
+    if search and cfg.gradient_checkpointing is None:
+        cfg = cfg.model_copy(update={"gradient_checkpointing": False})  # the search turns it on if needed
+    cfg = decided or cfg
     trainer, speed = build_trainer(cfg, tokenizer, template, callback, cuda, content)
     callback.progress.setdefault("startup", {})["ready_s"] = round(time.monotonic() - launched, 2)
     if search:  # the model loads again, for a trainer built for the split found
